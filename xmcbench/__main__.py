@@ -1,0 +1,3 @@
+from xmcbench.cli import main
+
+main()

@@ -1,0 +1,44 @@
+"""Helpers shared by the CLI modules: consoles, error handling, small parsers."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, TypeVar
+
+import typer
+from rich.console import Console
+
+from xmcbench.errors import XmcbenchError
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable)
+
+
+def handle_errors(fn: F) -> F:
+    """Turn an XmcbenchError into one red line on stderr and exit status 1 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except XmcbenchError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_int_list(text: str, what: str = "k") -> tuple[int, ...]:
+    """'1,3,5' -> (1, 3, 5), with a clear error for anything else."""
+    try:
+        values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise XmcbenchError(f"--{what} expects comma-separated positive integers like 1,3,5; got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise XmcbenchError(f"--{what} expects comma-separated positive integers like 1,3,5; got {text!r}")
+    return values

@@ -1,0 +1,76 @@
+"""``xmcbench run`` and ``xmcbench validate``."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from xmcbench.cli._common import console, err_console, handle_errors
+from xmcbench.errors import XmcbenchError
+from xmcbench.recipe import check_recipe, load_recipe
+
+
+def print_scores(record: dict) -> None:
+    table = Table(title=f"{record['run_id']}  [{record['status']}]")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("95% CI", justify="right")
+    for s in record["scores"]:
+        ci = f"{s['ci_lo']:.2f} – {s['ci_hi']:.2f}" if s.get("ci_lo") is not None else ""
+        table.add_row(s["name"], f"{s['value']:.2f}", ci)
+    console.print(table)
+
+
+@handle_errors
+def run(
+    recipe: Annotated[Optional[Path], typer.Argument(help="Recipe YAML file (not needed with --resume).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a recipe key: --set training.epochs=3 (repeatable; value parsed as YAML).")] = None,
+    db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    runs_dir: Annotated[Optional[Path], typer.Option(help="Where run directories go (default: $XMCBENCH_HOME/runs).")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="Continue an interrupted or failed run (run id or its prefix).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars; logs only.")] = False,
+) -> None:
+    """Run a recipe end to end: prepare the dataset, fit, predict top-k, evaluate, record and ingest.
+
+    The run directory (record.json, recipe.yaml, predictions.npz, checkpoints/) is written as the
+    run goes; Ctrl-C leaves it 'interrupted' and `--resume RUN_ID` continues from the last phase done.
+    """
+    from xmcbench.runner import run_recipe
+
+    if (recipe is None) == (resume is None):
+        raise XmcbenchError("give a recipe file or --resume RUN_ID (not both)")
+    loaded = load_recipe(recipe, set_ or []) if recipe is not None else None
+    command = "xmcbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    try:
+        result = run_recipe(loaded, recipe_path=str(recipe) if recipe else None, runs_dir=runs_dir, db=db,
+                            resume=resume, progress=not quiet, command=command)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]: the run is recorded as interrupted; resume it with "
+                          "`xmcbench run --resume <run id>` (see `xmcbench runs list`)")
+        raise typer.Exit(130) from None
+    print_scores(result.record)
+    console.print(f"run directory: {result.run_dir}")
+
+
+@handle_errors
+def validate(
+    recipes: Annotated[list[Path], typer.Argument(help="Recipe files to check.")],
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Overrides to check as well (a.b=c).")] = None,
+) -> None:
+    """Check recipes without running them; report every problem at once (file, key, hint)."""
+    bad = 0
+    for path in recipes:
+        _, problems = check_recipe(path, set_ or [])
+        if problems:
+            bad += 1
+            for p in problems:
+                err_console.print(f"[red]✗[/] {p}", highlight=False, soft_wrap=True)
+        else:
+            console.print(f"[green]✓[/] {path}", highlight=False)
+    if bad:
+        raise typer.Exit(1)

@@ -1,0 +1,48 @@
+"""``xmcbench smoke``: run the smoke suite, print the table, fail on a missed floor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from xmcbench.cli._common import console, err_console, handle_errors
+
+
+@handle_errors
+def smoke(
+    recipes_dir: Annotated[Optional[Path], typer.Option(help="Folder of smoke recipes (default: recipes/smoke of this checkout).")] = None,
+    only: Annotated[Optional[list[str]], typer.Option(help="Run only these recipes (file stem, repeatable).")] = None,
+    db: Annotated[Optional[Path], typer.Option(help="Results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    runs_dir: Annotated[Optional[Path], typer.Option(help="Where run directories go.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Run every smoke recipe (synthetic data, CPU, minutes) and check each one's quality floors."""
+    from xmcbench.smoke import run_smoke
+
+    outcomes = run_smoke(recipes_dir, db=db, runs_dir=runs_dir, only=only, progress=not quiet)
+    table = Table(title="smoke suite")
+    for col in ("recipe", "method", "dataset", "P@1", "P@5", "nDCG@5", "PSP@5", "R@100", "wall s", "floors"):
+        table.add_column(col, justify="left" if col in ("recipe", "method", "dataset", "floors") else "right")
+    for o in outcomes:
+        rec = o.result.record if o.result else None
+        scores = o.result.scores if o.result else {}
+        wall = sum(rec["compute"].get("wall_time_s", {}).values()) if rec else 0.0
+        table.add_row(
+            o.recipe.stem,
+            rec["model"]["method"] if rec else "-",
+            rec["task"]["dataset"] if rec else "-",
+            *[f"{scores[m]:.2f}" if m in scores else "-" for m in ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")],
+            f"{wall:.0f}",
+            "[green]ok[/]" if o.ok else "[red]FAIL[/]",
+        )
+    console.print(table)
+    failed = [o for o in outcomes if not o.ok]
+    for o in failed:
+        for f in o.failures:
+            err_console.print(f"[red]✗[/] {o.recipe.name}: {f}", highlight=False)
+    if failed:
+        raise typer.Exit(1)
+    console.print(f"[green]all {len(outcomes)} smoke recipes met their floors[/]")
