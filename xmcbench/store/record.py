@@ -1,10 +1,11 @@
-"""Reading a run record (``<run_dir>/record.json``) and turning it into database rows.
+"""The run record (``<run_dir>/record.json``): writing it, reading it, turning it into rows.
 
 The record is the source of truth (see the run-record contract in the README); the database
-only indexes it. This module checks a record enough that nothing wrong lands in the index —
-required fields present and of the right type, a known status and schema version — and names the
-file and the field when something is off, so a bad run directory is reported and skipped rather
-than silently half-ingested.
+only indexes it. Writer and reader live together here so the format has one owner.
+``record_rows`` checks a record enough that nothing wrong lands in the index — required fields
+present and of the right type, a known status and schema version — and names the file and the
+field when something is off, so a bad run directory is reported and skipped rather than silently
+half-ingested.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import secrets
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,6 +40,66 @@ class RunRows:
     group_scores: list[dict[str, Any]] = field(default_factory=list)
     compute: dict[str, Any] | None = None
     accounting: dict[str, Any] | None = None
+
+
+def make_run_id(method: str, dataset: str, when: datetime | None = None) -> str:
+    """``YYYYmmdd-HHMMSS-<method>-<dataset>-<6 hex>`` (UTC), unique even for runs started together."""
+    when = when or datetime.now(timezone.utc)
+    return f"{when:%Y%m%d-%H%M%S}-{method}-{dataset}-{secrets.token_hex(3)}"
+
+
+def utc_iso(when: datetime | None = None) -> str:
+    """An ISO-8601 UTC timestamp for a record field (now by default)."""
+    return (when or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_record(run_id: str, task: dict, model: dict, provenance: dict | None = None) -> dict:
+    """A record for a run that is starting: status "running", no scores yet.
+
+    ``task`` and ``model`` follow the contract (task: dataset, dataset_version, split, n_queries,
+    ..., propensity_a/b, filter, supervision; model: method, encoder, ...). The caller fills in
+    scores, groups, compute and accounting as the run goes and rewrites it with ``write_record``.
+    """
+    now = utc_iso()
+    return {
+        "schema_version": RECORD_SCHEMA_VERSION,
+        "run_id": run_id,
+        "status": "running",
+        "created_at": now,
+        "updated_at": now,
+        "finished_at": None,
+        "error": None,
+        "task": dict(task),
+        "model": dict(model),
+        "scores": [],
+        "groups": {},
+        "provenance": dict(provenance or {}),
+        "compute": {},
+        "accounting": {},
+    }
+
+
+def write_record(run_dir: Path | str, record: dict) -> Path:
+    """Check ``record`` and write ``<run_dir>/record.json`` atomically (temp file + os.replace).
+
+    A reader (``xmcbench ingest``, a table) sees either the previous complete record or the new one.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / RECORD_FILE
+    record_rows(record, run_dir, where=path)  # never write a record the store would reject
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".record.", suffix=".tmp", dir=run_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(record, out, indent=2)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def read_record(path: Path) -> dict:
@@ -178,9 +242,9 @@ def record_rows(record: dict, run_dir: Path | str | None, where: Path | str | No
     rows = RunRows(run_id=run_id, runs=runs)
     rows.scores = _score_rows(top, run_id)
     rows.group_scores = _group_rows(top, run_id)
-    if record.get("compute") is not None:
+    if record.get("compute"):
         rows.compute = _compute_row(top.sub("compute"), run_id)
-    if record.get("accounting") is not None:
+    if record.get("accounting"):
         acc = top.sub("accounting")
         rows.accounting = {
             "run_id": run_id,

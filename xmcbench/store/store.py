@@ -25,7 +25,7 @@ import duckdb
 
 from xmcbench import paths
 from xmcbench.errors import DataFormatError, XmcbenchError
-from xmcbench.store.lock import DEFAULT_TIMEOUT_S, retry_on_conflict, write_lock
+from xmcbench.store.lock import DEFAULT_TIMEOUT_S, DatabaseLockTimeout, retry_on_conflict, write_lock
 from xmcbench.store.record import RECORD_FILE, RunRows, read_record, record_rows
 from xmcbench.store.schema import SCHEMA_VERSION, check_not_newer, current_version, migrate, utcnow
 
@@ -112,7 +112,12 @@ class Store:
     def ensure_schema(self) -> int:
         """Create the database or apply missing migrations; refuse a newer schema. Returns the version."""
         if self.path.exists():
-            version = retry_on_conflict(self._read_version, "read the schema version", self.path, self.timeout_s)
+            try:
+                version = retry_on_conflict(self._read_version, "read the schema version", self.path, self.timeout_s)
+            except DatabaseLockTimeout:
+                raise
+            except XmcbenchError:
+                version = -1  # maybe a file another process is creating right now: look again under the lock
             check_not_newer(version, str(self.path))
             if version == SCHEMA_VERSION:
                 return version
