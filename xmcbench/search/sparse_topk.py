@@ -28,10 +28,12 @@ def topk_csr(scores: sparse.spmatrix, k: int) -> sparse.csr_matrix:
 def remove_pairs(scores: sparse.spmatrix, pairs: sparse.spmatrix | None) -> sparse.csr_matrix:
     """Drop every stored (row, label) of ``scores`` that is stored in ``pairs`` (keeps zero scores)."""
     m = sparse.csr_matrix(scores)
-    if pairs is None or pairs.nnz == 0:
+    if pairs is None:
         return m
     if pairs.shape != m.shape:
         raise ValueError(f"filter shape {pairs.shape} does not match predictions {m.shape}")
+    if pairs.nnz == 0:
+        return m
     f = sparse.csr_matrix(pairs)
     n_cols = np.int64(m.shape[1])
     m_rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))

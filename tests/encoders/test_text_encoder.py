@@ -1,0 +1,38 @@
+import numpy as np
+import pytest
+import torch
+
+from xmcbench.encoders import TextEncoder, resolve_model_path
+from xmcbench.errors import XmcbenchError
+
+
+def test_packaged_model_resolves_to_a_folder():
+    path = resolve_model_path("all-MiniLM-L6-v2")
+    assert path.endswith("model") and (__import__("pathlib").Path(path) / "config.json").exists()
+    assert resolve_model_path("some-org/unknown-model") == "some-org/unknown-model"
+
+
+def test_unknown_model_offline_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(XmcbenchError, match="cannot load encoder 'no-such-org/no-such-model'"):
+        TextEncoder("no-such-org/no-such-model")
+
+
+@pytest.mark.slow
+def test_minilm_embeddings_are_sensible_and_order_independent():
+    enc = TextEncoder("all-MiniLM-L6-v2", max_length=32)
+    texts = ["a pair of running shoes", "sneakers for jogging", "a history of the roman empire", ""]
+    emb = enc.encode(texts, batch_size=2)
+    assert emb.shape == (4, 384) and emb.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    sim = emb @ emb.T
+    assert sim[0, 1] > sim[0, 2] + 0.2  # the model, not noise
+    # Length-sorted batching must not change any embedding.
+    one_by_one = np.stack([enc.encode([t], batch_size=1)[0] for t in texts])
+    np.testing.assert_allclose(emb, one_by_one, atol=1e-5)
+    # Pooling matches the sentence-transformers definition (masked mean, then normalise).
+    batch = enc.tokenize(texts[:1])
+    with torch.no_grad():
+        hidden = enc.model(**batch).last_hidden_state[0]
+    ref = hidden.mean(0) / hidden.mean(0).norm()
+    np.testing.assert_allclose(emb[0], ref.numpy(), atol=1e-5)

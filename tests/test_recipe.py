@@ -1,0 +1,106 @@
+from pathlib import Path
+
+import pytest
+
+from xmcbench.recipe import RecipeError, apply_overrides, check_recipe, load_recipe
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = sorted(p for p in (REPO / "recipes").rglob("*.yaml") if "base" not in p.parts)
+
+
+def test_there_are_shipped_recipes():
+    assert any(p.parent.name == "smoke" for p in SHIPPED)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_shipped_recipe_validates(path):
+    recipe, problems = check_recipe(path)
+    assert problems == [], "\n".join(map(str, problems))
+    assert recipe.hash() == load_recipe(path).hash()
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+BASE = """
+name: t
+dataset: {name: synth-x, synthetic: {labels: 50, train: 100, test: 20}}
+method: {name: tfidf}
+"""
+
+
+def test_unknown_keys_are_all_reported_with_hints(tmp_path):
+    path = write(tmp_path, "r.yaml", BASE + "training: {epochz: 3, batch_size: 8}\nevaluaton: {k: [1]}\n"
+                 "method: {name: tfidf, ngram_maxx: 2}\n")
+    recipe, problems = check_recipe(path)
+    assert recipe is None
+    by_key = {p.key: p for p in problems}
+    assert by_key["training.epochz"].hint == "did you mean 'epochs'?"
+    assert by_key["evaluaton"].hint == "did you mean 'evaluation'?"
+    assert by_key["method.ngram_maxx"].hint == "did you mean 'ngram_max'?"
+    assert all(p.file == str(path) for p in problems)
+
+
+def test_unknown_method_suggests(tmp_path):
+    path = write(tmp_path, "r.yaml", BASE.replace("name: tfidf", "name: tfdif"))
+    _, problems = check_recipe(path)
+    assert len(problems) == 1 and "did you mean tfidf" in problems[0].message
+
+
+def test_bad_values_and_yaml(tmp_path):
+    path = write(tmp_path, "r.yaml", BASE + "evaluation: {k: [1, 200], top_k: 100}\nexpect: {'P@1': 'at least 3'}\n")
+    _, problems = check_recipe(path)
+    messages = " ".join(p.message for p in problems)
+    assert "top_k (100) must be at least the largest k (200)" in messages
+    assert "not a bound" in messages
+    bad = write(tmp_path, "bad.yaml", "name: [unclosed\n")
+    _, problems = check_recipe(bad)
+    assert "invalid YAML" in problems[0].message and "line" in problems[0].message
+
+
+def test_include_and_overrides(tmp_path):
+    write(tmp_path, "base.yaml", BASE + "training: {epochs: 5, lr: 0.001}\n")
+    child = write(tmp_path, "child.yaml", "include: base.yaml\nname: child\ntraining: {epochs: 2}\n")
+    recipe = load_recipe(child, ["evaluation.k=[1, 5]", "training.seed=7"])
+    assert recipe.name == "child"
+    assert recipe.training.epochs == 2 and recipe.training.lr == 0.001 and recipe.training.seed == 7
+    assert recipe.evaluation.k == [1, 5]
+
+
+def test_include_cycle_and_missing(tmp_path):
+    write(tmp_path, "a.yaml", "include: b.yaml\n")
+    write(tmp_path, "b.yaml", "include: a.yaml\n")
+    _, problems = check_recipe(tmp_path / "a.yaml")
+    assert "include cycle" in problems[0].message
+    _, problems = check_recipe(write(tmp_path, "c.yaml", "include: nope.yaml\n"))
+    assert "not found" in problems[0].message
+
+
+def test_override_syntax_errors():
+    with pytest.raises(RecipeError, match="section.key=value"):
+        apply_overrides({}, ["training.epochs"])
+    with pytest.raises(RecipeError, match="is a value, not a section"):
+        apply_overrides({"name": "x"}, ["name.sub=1"])
+
+
+def test_supervision_rules(tmp_path):
+    _, problems = check_recipe(write(tmp_path, "r.yaml", BASE + "supervision: {mode: few_shot}\n"))
+    assert "label_fraction" in problems[0].message
+    recipe = load_recipe(write(tmp_path, "s.yaml", BASE + "supervision: {mode: few_shot, label_fraction: 0.05}\n"))
+    assert recipe.supervision.label_fraction == 0.05
+
+
+def test_unknown_dataset_without_synthetic_spec(tmp_path):
+    _, problems = check_recipe(write(tmp_path, "r.yaml", "name: t\ndataset: {name: lf-amazontitle-131k}\nmethod: {name: tfidf}\n"))
+    assert problems[0].key == "dataset.name"
+    assert "LF-AmazonTitles-131K" in problems[0].message
+
+
+def test_resolved_recipe_fills_method_defaults(tmp_path):
+    recipe = load_recipe(write(tmp_path, "r.yaml", BASE))
+    resolved = recipe.resolved()
+    assert resolved["method"]["name"] == "tfidf" and resolved["method"]["ngram_max"] == 2
+    assert len(recipe.hash()) == 64
