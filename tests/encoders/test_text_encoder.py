@@ -36,3 +36,20 @@ def test_minilm_embeddings_are_sensible_and_order_independent():
         hidden = enc.model(**batch).last_hidden_state[0]
     ref = hidden.mean(0) / hidden.mean(0).norm()
     np.testing.assert_allclose(emb[0], ref.numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("projection_dim", [None, 64])
+def test_saved_folder_loads_in_sentence_transformers_and_back(tmp_path, projection_dim):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    torch.manual_seed(0)
+    enc = TextEncoder("all-MiniLM-L6-v2", max_length=24, projection_dim=projection_dim)
+    texts = ["extreme multi-label classification", "wireless headphones", "a"]
+    ours = enc.encode(texts)
+    folder = enc.save(tmp_path / "model")
+    assert (folder / "model.safetensors").exists()
+    st = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    np.testing.assert_allclose(st.encode(texts, convert_to_numpy=True), ours, atol=1e-5)
+    again = TextEncoder(str(folder), max_length=24)
+    np.testing.assert_allclose(again.encode(texts), ours, atol=1e-6)
+    assert again.dim == (projection_dim or 384)

