@@ -194,35 +194,14 @@ def _peak_memory(record: dict[str, Any], device: str) -> None:
 def ensure_dataset(recipe: Recipe, progress: bool = True):
     """Load the prepared dataset, synthesising or downloading it first when the recipe allows."""
     from xmcbench.data import load_dataset
-    from xmcbench.data.registry import get_spec, list_specs
+    from xmcbench.data.create import create_synthetic_dataset
 
     ds = recipe.dataset
     if ds.synthetic is not None:
-        known = {s.name.lower() for s in list_specs()}
-        if ds.name.lower() not in known:
-            _synthesise(ds.name, ds.synthetic, progress)
-        else:
-            spec = get_spec(ds.name)
-            wanted = ds.synthetic.model_dump()
-            have = {k: spec.synthetic.get(k) for k in wanted} if spec.synthetic else None
-            if have != wanted:
-                raise XmcbenchError(
-                    f"dataset {ds.name!r} already exists with different parameters ({have}) than the recipe asks "
-                    f"for ({wanted}); rename the dataset in the recipe or delete {paths.datasets_dir() / ds.name}"
-                )
+        p = ds.synthetic
+        create_synthetic_dataset(ds.name, n_labels=p.labels, n_train=p.train, n_test=p.test, seed=p.seed,
+                                 exist_ok=True)
     return load_dataset(ds.name, download=True, source=ds.source, progress=progress)
-
-
-def _synthesise(name: str, params, progress: bool) -> None:
-    from xmcbench.data.download import write_manifest
-    from xmcbench.data.registry import save_local_spec
-    from xmcbench.data.synth import make_synthetic_spec, synthesize
-
-    spec = make_synthetic_spec(name, n_labels=params.labels, n_train=params.train, n_test=params.test, seed=params.seed)
-    raw = paths.dataset_raw_dir(spec.raw_group)
-    synthesize(raw, n_labels=params.labels, n_train=params.train, n_test=params.test, seed=params.seed)
-    write_manifest(spec, raw, source="synthetic")
-    save_local_spec(spec)
 
 
 def build_train_task(recipe: Recipe, dataset, inv_prop: np.ndarray) -> TrainTask:
@@ -487,8 +466,10 @@ def _execute(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bo
             for name, (value, lo, hi) in scored.items()
         ]
         if ev.groups:
-            record["groups"] = metrics.evaluate_by_group(
+            groups = metrics.evaluate_by_group(
                 preds, truth, train_truth, k=tuple(ev.k),
                 inv_propensity=inv_prop if use_ps else None, metrics=tuple(ev.metrics),
             )
+            record["groups"] = {g: info["scores"] for g, info in groups.items()}
+            record["group_sizes"] = {g: {"labels": info["labels"], "rows": info["rows"]} for g, info in groups.items()}
     mark("evaluate")

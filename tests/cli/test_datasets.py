@@ -1,0 +1,182 @@
+"""`xmcbench datasets ...` end to end: a synthetic dataset served over local HTTP, downloaded,
+prepared, inspected, verified and tampered with; synth; Drive errors through the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the shared server helper
+from httpserver import QUOTA_PAGE, FileServer  # noqa: E402
+
+from xmcbench import paths  # noqa: E402
+from xmcbench.cli import _common  # noqa: E402
+from xmcbench.cli.datasets import app  # noqa: E402
+from xmcbench.data.registry import LF_FILES, DatasetSpec, Source, get_spec, save_local_spec  # noqa: E402
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(_common.console, "width", 200)  # wide tables: no cut-off names in assertions
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def server():
+    with FileServer() as srv:
+        yield srv
+
+
+def _lines(path: Path) -> int:
+    with gzip.open(path, "rb") as fh:
+        return sum(1 for _ in fh)
+
+
+@pytest.fixture
+def served(synth_raw_dir, server, home):
+    """The session's synthetic LF dataset packed as tar.gz (nested in a folder, like the XC archives)
+    and served; registered as 'Served-1K' whose default source is a dead link, so --source is needed.
+    Returns the URL, the raw files and their counts (train, test, labels)."""
+    src = synth_raw_dir
+    counts = tuple(_lines(src / name) for name in ("trn.json.gz", "tst.json.gz", "lbl.json.gz"))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name in LF_FILES:
+            tf.add(src / name, arcname=f"Served-1K/{name}")
+    url = server.serve("mirror/Served-1K.tar.gz", buf.getvalue())
+    dead = server.serve("gone.tar.gz", b"", fault="404")
+    save_local_spec(DatasetSpec(
+        name="Served-1K", raw_group="Served-1K", format="lf-json", query_text="title", files=list(LF_FILES),
+        sources=[Source(kind="url", ref=dead, filename="gone.tar.gz", archive=True)],
+        paper_counts=dict(zip(("train", "test", "labels"), counts)), propensity_a=0.55, propensity_b=1.5,
+    ))
+    return url, {name: (src / name).read_bytes() for name in LF_FILES}, counts
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_download_info_verify_tamper(served):
+    url, files, (n_train, n_test, n_labels) = served
+    result = invoke("download", "served-1k", "--source", url, "--quiet")
+    assert result.exit_code == 0, result.output
+    raw = paths.dataset_raw_dir("Served-1K")
+    assert f"raw files: {raw}" in result.output and "prepared:" in result.output
+    assert f"{n_train:,} train, {n_test:,} test, {n_labels:,} labels" in result.output
+    assert {n: (raw / n).read_bytes() for n in LF_FILES} == files
+
+    result = invoke("info", "Served-1K", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "train queries" in result.output and "head labels" in result.output and "tail labels" in result.output
+    stats = json.loads(invoke("info", "Served-1K", "--json").output)
+    assert (stats["counts"]["train"], stats["counts"]["test"], stats["counts"]["labels"]) == (n_train, n_test, n_labels)
+    assert stats["stats"]["train"]["queries"] == n_train
+
+    listing = invoke("list")
+    assert listing.exit_code == 0
+    row = next(line for line in listing.output.splitlines() if line.strip().startswith("Served-1K"))
+    assert "prepared" in row and f"{n_train:,}" in row and "0.55/1.5" in row
+
+    result = invoke("verify", "Served-1K")
+    assert result.exit_code == 0 and "all 5 raw files match manifest.json" in result.output
+
+    again = invoke("download", "Served-1K", "--source", url, "--quiet")
+    assert again.exit_code == 0 and "already downloaded and verified" not in again.output  # quiet: says nothing
+    again = invoke("download", "Served-1K", "--source", url)
+    assert "already downloaded and verified" in again.output
+
+    data = bytearray((raw / "lbl.json.gz").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (raw / "lbl.json.gz").write_bytes(bytes(data))
+    result = invoke("verify", "Served-1K")
+    assert result.exit_code == 1
+    assert "lbl.json.gz: changed" in result.output and "error:" in result.output
+
+
+def test_default_source_error_is_one_line(served):
+    result = invoke("download", "Served-1K", "--quiet")  # the registered source answers 404
+    assert result.exit_code == 1
+    error = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "HTTP 404" in error[0] and "gone.tar.gz" in error[0]
+
+
+def test_no_prepare_then_prepare(served):
+    url = served[0]
+    result = invoke("download", "Served-1K", "--source", url, "--no-prepare", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "prepared:" not in result.output and not paths.dataset_prepared_dir("Served-1K").exists()
+    row = next(line for line in invoke("list").output.splitlines() if line.strip().startswith("Served-1K"))
+    assert row.rstrip().endswith("raw")
+    assert invoke("prepare", "Served-1K", "--quiet").exit_code == 0
+    assert (paths.dataset_prepared_dir("Served-1K") / "meta.json").exists()
+    assert "up to date" in invoke("prepare", "Served-1K").output
+
+
+def test_info_and_verify_before_download(served):
+    result = invoke("info", "Served-1K")
+    assert result.exit_code == 1 and "not downloaded here; run `xmcbench datasets download Served-1K`" in result.output
+    result = invoke("verify", "Served-1K")
+    assert result.exit_code == 1 and "no manifest.json" in result.output
+    result = invoke("info", "Served-1")
+    assert result.exit_code == 1 and "did you mean Served-1K" in result.output
+
+
+def test_synth_registers_prepares_and_verifies(home):
+    result = invoke("synth", "Mini", "--labels", "40", "--train", "120", "--test", "30", "--seed", "2", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "synthetic dataset Mini" in result.output and "train queries" in result.output
+    spec = get_spec("mini")
+    assert spec.synthetic["n_labels"] == 40 and spec.synthetic["seed"] == 2
+    manifest = json.loads((paths.dataset_raw_dir("Mini") / "manifest.json").read_text())
+    assert sorted(manifest) == sorted(LF_FILES) and manifest["trn.json.gz"]["source"].startswith("synthetic")
+    assert invoke("verify", "Mini").exit_code == 0
+    stats = json.loads(invoke("info", "Mini", "--json").output)["counts"]
+    assert (stats["train"], stats["test"], stats["labels"]) == (120, 30, 40)
+
+    result = invoke("synth", "Mini", "--labels", "50", "--train", "120", "--test", "30")
+    assert result.exit_code == 1 and "already exists with other parameters" in result.output
+    result = invoke("synth", "Mini", "--labels", "50", "--train", "120", "--test", "30", "--force", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert json.loads(invoke("info", "Mini", "--json").output)["counts"]["labels"] == 50
+
+    result = invoke("download", "Mini", "--quiet")  # complete and verified: nothing to fetch
+    assert result.exit_code == 0
+    result = invoke("synth", "LF-AmazonTitles-131K", "--labels", "5", "--train", "5", "--test", "5")
+    assert result.exit_code == 1 and "built-in" in result.output
+
+
+def test_google_drive_quota_page_through_cli(home, monkeypatch):
+    import gdown
+
+    def quota(*, id, output, **kwargs):
+        Path(output).write_bytes(QUOTA_PAGE)
+        return output
+
+    monkeypatch.setattr(gdown, "download", quota)
+    result = invoke("download", "LF-AmazonTitles-131K", "--quiet")
+    assert result.exit_code == 1
+    error = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1
+    assert "Google Drive refused the download of LF-AmazonTitles-131K" in error[0]
+    assert "quota" in error[0] and "--source URL|DIR|hf://ORG/REPO" in error[0]
+    assert [p.name for p in paths.dataset_raw_dir("LF-Amazon-131K").iterdir()] == []
+
+
+def test_help_texts():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("list", "download", "prepare", "info", "verify", "synth"):
+        assert command in result.output
+    assert "hf://ORG/REPO" in invoke("download", "--help").output

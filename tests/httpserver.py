@@ -1,0 +1,173 @@
+"""A small local HTTP file server for tests, with switches that simulate misbehaving servers.
+
+It listens on 127.0.0.1 on a free port chosen by the OS, answers each request on its own daemon
+thread, honours ``Range: bytes=N-`` (206 + Content-Range) like a real file server, and stops when
+the ``with`` block (or fixture) ends. Every request is recorded so tests can check what the client
+asked for. Faults per file:
+
+* ``"404"`` / ``"500"``    - answer with that status;
+* ``"ignore-range"``       - always send the whole file with 200, whatever Range says;
+* ``"drop"``               - announce the full length but close the connection half-way, for the
+                             first ``drops`` requests of that file (later requests work);
+* ``"html"``               - send ``html`` (by default a Google Drive "quota exceeded" page) with
+                             200 and text/html instead of the file.
+
+Usage::
+
+    with FileServer() as server:
+        url = server.serve("x.tar.gz", data, fault="drop")
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+QUOTA_PAGE = (
+    b"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Google Drive - Quota exceeded</title></head>"
+    b"<body><div class=\"uc-main\"><p class=\"uc-error-caption\">Sorry, you can't view or download this file "
+    b"at this time.</p><p class=\"uc-error-subcaption\">Too many users have viewed or downloaded this file "
+    b"recently. Please try accessing the file again later. If the file you are trying to access is particularly "
+    b"large or is shared with many people, it may take up to 24 hours to be able to view or download the file."
+    b"</p></div></body></html>\n"
+)
+
+PERMISSION_PAGE = (
+    b"<!doctype html><html><head><title>Google Drive: Sign-in</title></head><body>"
+    b"<h1>You need access</h1><p>Request access, or switch to an account with permission.</p></body></html>\n"
+)
+
+
+@dataclass
+class _Served:
+    data: bytes
+    fault: str | None
+    drops_left: int
+    html: bytes
+
+
+class FileServer:
+    """Serve in-memory files over HTTP on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, _Served] = {}
+        self._lock = threading.Lock()
+        self.requests: list[tuple[str, str | None, int]] = []  # (path, Range header, status sent)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            timeout = 10  # seconds: a stuck client cannot hold a thread for long
+
+            def log_message(self, *args) -> None:  # keep pytest output clean
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+                server._handle(self)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def serve(self, path: str, data: bytes, *, fault: str | None = None, drops: int = 1,
+              html: bytes = QUOTA_PAGE) -> str:
+        """Publish ``data`` at ``/path`` and return its URL."""
+        assert fault in (None, "404", "500", "ignore-range", "drop", "html"), fault
+        with self._lock:
+            self._files[path.lstrip("/")] = _Served(data, fault, drops, html)
+        return self.url(path)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}"
+
+    def start(self) -> "FileServer":
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True, name=f"test-http-{self.port}")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "FileServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def statuses(self, path: str) -> list[tuple[str | None, int]]:
+        """(Range header, status) of each request for ``path``, in order."""
+        return [(rng, status) for p, rng, status in self.requests if p == path.lstrip("/")]
+
+    # -- serving --------------------------------------------------------------------------------
+    def _handle(self, req: BaseHTTPRequestHandler) -> None:
+        path = req.path.split("?", 1)[0].lstrip("/")
+        rng = req.headers.get("Range")
+        with self._lock:
+            served = self._files.get(path)
+            drop = bool(served and served.fault == "drop" and served.drops_left > 0)
+            if drop:
+                served.drops_left -= 1
+
+        def record(status: int) -> None:
+            with self._lock:
+                self.requests.append((path, rng, status))
+
+        if served is None or served.fault == "404":
+            record(404)
+            req.send_error(404, "Not Found")
+            return
+        if served.fault == "500":
+            record(500)
+            req.send_error(500, "Internal Server Error")
+            return
+        if served.fault == "html":
+            record(200)
+            self._send(req, 200, served.html, {"Content-Type": "text/html; charset=utf-8"})
+            return
+
+        data = served.data
+        start = 0
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
+        if match and served.fault != "ignore-range":
+            start = int(match.group(1))
+            end = int(match.group(2)) if match.group(2) else len(data) - 1
+            if start >= len(data):
+                record(416)
+                self._send(req, 416, b"", {"Content-Range": f"bytes */{len(data)}"})
+                return
+            end = min(end, len(data) - 1)
+            body = data[start:end + 1]
+            headers = {"Content-Range": f"bytes {start}-{end}/{len(data)}"}
+            status = 206
+        else:
+            body, headers, status = data, {}, 200
+        headers["Content-Type"] = "application/octet-stream"
+        headers["Accept-Ranges"] = "bytes"
+        record(status)
+        if drop:  # announce everything, deliver half, hang up
+            self._send(req, status, body, headers, deliver=max(1, len(body) // 2))
+        else:
+            self._send(req, status, body, headers)
+
+    @staticmethod
+    def _send(req: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str],
+              deliver: int | None = None) -> None:
+        req.send_response(status)
+        for key, value in headers.items():
+            req.send_header(key, value)
+        req.send_header("Content-Length", str(len(body)))
+        req.send_header("Connection", "close")
+        req.end_headers()
+        try:
+            req.wfile.write(body if deliver is None else body[:deliver])
+            req.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away; nothing to do
+        req.close_connection = True

@@ -1,0 +1,208 @@
+"""``xmcbench datasets``: list, download, prepare, inspect, verify and synthesise XMC datasets.
+
+Thin commands over ``xmcbench.data``: the registry (``list_specs``/``get_spec``), the downloader
+(``download_dataset``/``verify_dataset``), the prepared cache (``load_dataset``/``prepare``) and the
+synthetic generator. Raw files and caches live under $XMCBENCH_HOME/datasets/.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from xmcbench import paths
+from xmcbench.cli._common import console, handle_errors
+from xmcbench.errors import XmcbenchError
+
+app = typer.Typer(
+    help="Find, download, verify and inspect XMC datasets (raw files and prepared caches under $XMCBENCH_HOME).",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+NameArg = Annotated[str, typer.Argument(help="Dataset name, case-insensitive (see `xmcbench datasets list`).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+
+
+def _count(value: int | None) -> str:
+    return f"{value:,}" if value is not None else "-"
+
+
+@app.command("list")
+@handle_errors
+def list_datasets() -> None:
+    """Every known dataset: sizes (paper / here), query text, propensity A/B, and what is on this machine."""
+    from xmcbench.data import is_prepared_current, list_specs, load_prepared
+    from xmcbench.data.download import raw_status
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("dataset", no_wrap=True)
+    for column in ("train", "test", "labels"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("query text")
+    table.add_column("A/B", no_wrap=True)
+    table.add_column("here", no_wrap=True)
+    for spec in list_specs():
+        raw_dir = paths.dataset_raw_dir(spec.raw_group)
+        prepared_dir = paths.dataset_prepared_dir(spec.name)
+        here: dict[str, int] = {}
+        if is_prepared_current(spec, raw_dir, prepared_dir):
+            here = load_prepared(prepared_dir).meta["counts"]
+            status = "[green]prepared[/]"
+        else:
+            status = {"complete": "[yellow]raw[/]", "partial": "[red]partial raw[/]", "missing": "[dim]missing[/]"}[
+                raw_status(spec)]
+        cells = []
+        for split in ("train", "test", "labels"):
+            paper = spec.paper_counts.get(split)
+            cell = _count(paper)
+            if split in here and here[split] != paper:  # show what the files really hold
+                cell = f"{here[split]:,}" + (f" [dim](paper {paper:,})[/]" if paper is not None else "")
+            cells.append(cell)
+        name = spec.name + (" [dim](synthetic)[/]" if spec.synthetic else "")
+        table.add_row(name, *cells, spec.query_text, f"{spec.propensity_a:g}/{spec.propensity_b:g}", status)
+    console.print(table)
+    console.print(f"[dim]data folder: {paths.datasets_dir()}[/]", highlight=False)
+
+
+@app.command("download")
+@handle_errors
+def download(
+    name: NameArg,
+    source: Annotated[str | None, typer.Option(
+        "--source", "-s", metavar="URL|DIR|hf://ORG/REPO",
+        help="Fetch from here instead of the registry's default: an http(s) URL (archive or file), a local "
+             "directory or archive, hf://ORG/REPO or hf://ORG/REPO/SUBDIR (a Hugging Face dataset repo) or gdrive:ID.")] = None,
+    no_prepare: Annotated[bool, typer.Option("--no-prepare", help="Only download the raw files; do not build the prepared cache.")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Download a dataset's raw files (resumable, checksummed), then prepare the cache.
+
+    Re-running after an interruption resumes; running it for a dataset already here only verifies it.
+    """
+    from xmcbench.data import load_dataset
+    from xmcbench.data.download import download_dataset
+
+    raw_dir = download_dataset(name, source=source, progress=not quiet)
+    console.print(f"raw files: {raw_dir}", highlight=False)
+    if not no_prepare:
+        ds = load_dataset(name, progress=not quiet)
+        console.print(f"prepared:  {ds.path}  ({_count(ds.n_queries('train'))} train, "
+                      f"{_count(ds.n_queries('test'))} test, {_count(ds.n_labels)} labels)", highlight=False)
+
+
+@app.command("prepare")
+@handle_errors
+def prepare(
+    name: NameArg,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild the cache even when it is up to date.")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Build (or rebuild) the prepared cache from raw files already downloaded."""
+    from xmcbench.data import get_spec, is_prepared_current
+    from xmcbench.data import prepare as prepare_cache
+    from xmcbench.data.download import raw_status
+
+    spec = get_spec(name)
+    raw_dir = paths.dataset_raw_dir(spec.raw_group)
+    prepared_dir = paths.dataset_prepared_dir(spec.name)
+    if not force and is_prepared_current(spec, raw_dir, prepared_dir):
+        console.print(f"{spec.name}: prepared cache is up to date in {prepared_dir}", highlight=False)
+        return
+    if raw_status(spec) == "missing":
+        raise XmcbenchError(f"dataset {spec.name} is not downloaded here; run `xmcbench datasets download {spec.name}`")
+    prepare_cache(spec, raw_dir, prepared_dir, progress=not quiet)
+    console.print(f"prepared: {prepared_dir}", highlight=False)
+
+
+@app.command("info")
+@handle_errors
+def info(
+    name: NameArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the statistics as JSON.")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Statistics of a prepared dataset: queries, labels, labels per query, queries per label,
+    head/torso/tail label counts, empty rows."""
+    from xmcbench.data import load_dataset
+    from xmcbench.data.stats import stats_rows
+
+    ds = load_dataset(name, progress=not quiet)  # prepares from raw files when needed; never downloads
+    if as_json:
+        typer.echo(json.dumps({"name": ds.name, "counts": ds.meta["counts"], "stats": ds.stats}, indent=2))
+        return
+    paper = ds.spec.paper_counts
+    console.print(
+        f"[bold]{ds.name}[/]  query text: {ds.query_text}  ·  propensity A/B: {ds.propensity_a:g} / "
+        f"{ds.propensity_b:g}  ·  version {ds.version}", highlight=False)
+    console.print(f"[dim]{ds.path}[/]", highlight=False)
+    table = Table(show_header=True)
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    table.add_column("paper", justify="right", style="dim")
+    paper_of = {"labels": paper.get("labels"), "train queries": paper.get("train"), "test queries": paper.get("test")}
+    for stat, value in stats_rows(ds.stats):
+        table.add_row(stat, value, _count(paper_of[stat]) if stat in paper_of else "")
+    console.print(table)
+
+
+@app.command("verify")
+@handle_errors
+def verify(name: NameArg) -> None:
+    """Recompute the sha256 of every raw file and compare with the manifest written at download.
+
+    Exits with status 1 when a file is missing or changed.
+    """
+    from xmcbench.data.download import MANIFEST_NAME, verify_dataset
+
+    report = verify_dataset(name)
+    if not report.manifest_found:
+        raise XmcbenchError(
+            f"{report.dataset}: no {MANIFEST_NAME} in {report.raw_dir}; run `xmcbench datasets download {report.dataset}`"
+        )
+    table = Table(show_header=True)
+    table.add_column("file")
+    table.add_column("status")
+    table.add_column("detail", style="dim")
+    colour = {"ok": "green", "missing": "red", "changed": "red", "unrecorded": "yellow"}
+    for check in report.files:
+        table.add_row(check.name, f"[{colour[check.status]}]{check.status}[/]", check.detail)
+    console.print(table)
+    if not report.ok:
+        raise XmcbenchError(
+            f"{report.dataset}: {'; '.join(report.problems())}; run `xmcbench datasets download {report.dataset}` "
+            "to fetch the files again"
+        )
+    console.print(f"{report.dataset}: all {len(report.files)} raw files match {MANIFEST_NAME}", highlight=False)
+
+
+@app.command("synth")
+@handle_errors
+def synth(
+    name: Annotated[str, typer.Argument(help="Name for the new dataset (letters, digits, '.', '_', '-').")],
+    labels: Annotated[int, typer.Option("--labels", min=2, help="Number of labels.")],
+    train: Annotated[int, typer.Option("--train", min=1, help="Number of training queries.")],
+    test: Annotated[int, typer.Option("--test", min=1, help="Number of test queries.")],
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (the same seed gives the same files).")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing synthetic dataset of that name made with other parameters.")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Generate a synthetic dataset in the exact LF raw format (Zipfian labels, label texts, filter
+    files), register it locally, prepare it and print its statistics."""
+    from xmcbench.data import load_dataset
+    from xmcbench.data.create import create_synthetic_dataset
+    from xmcbench.data.stats import stats_rows
+
+    spec = create_synthetic_dataset(name, n_labels=labels, n_train=train, n_test=test, seed=seed, force=force)
+    raw_dir = paths.dataset_raw_dir(spec.raw_group)
+    ds = load_dataset(spec.name, progress=not quiet)
+    console.print(f"synthetic dataset {spec.name}: raw files in {raw_dir}, prepared in {ds.path}", highlight=False)
+    table = Table(show_header=False)
+    for stat, value in stats_rows(ds.stats):
+        table.add_row(stat, value)
+    console.print(table)
+
