@@ -1,0 +1,185 @@
+"""Triplet loss with a clipped dynamic margin, PRIME (Dahiya, Ortego & Jiménez, NAACL 2025, Eq. 3, 12-14).
+
+What it minimises. For a query (anchor) with positive and negative similarities s_p, s_n, the
+fixed margin of the triplet loss is replaced by the gap itself, clipped and detached:
+
+    m = clip(|s_p - s_n|, gamma_min, gamma_max)_detached
+    l = max(s_n - s_p + m, 0)                                   (Eq. 13, first line)
+
+Writing gap = s_p - s_n this has three regions, with gradients w.r.t. (s_p, s_n):
+
+    easy       gap >= gamma_min       l = 0                               (0, 0)
+    ambiguous  0 < gap < gamma_min    l = gamma_min - gap                 (-1, +1)
+    hard       gap <= 0               l = -gap + clip(-gap), >= gamma_min (-1, +1), norm 1
+                                      because m is detached (Eq. 13 discussion)
+
+The paper contradicts itself here. The defining formula above (and the authors' released
+code, ``torch.max(0, sim_n - sim_p + clamp(|sim_p - sim_n|.detach(), min, max))``) gives the
+ordinary gradient (-1, +1) in the ambiguous region. The case expansion of Eq. 3 / Eq. 13 writes
+the loss there as s_p - s_n + gamma_min, and Eq. 14 and the text claim the *inverted* gradient
+(+1, -1) ("negatives are pulled closer to the anchor while positives are pushed apart"). Both
+are offered:
+
+- ``variant="max"`` (default): the max formula. The published numbers come from the released
+  code, which computes this.
+- ``variant="paper"``: the case expansion, l = gap + gamma_min in the ambiguous region (the
+  inverted gradient of Eq. 14). It is discontinuous at gap = gamma_min (it drops from
+  2 gamma_min to 0); at gap = 0 both variants equal gamma_min.
+
+Negative re-weighting (released code, not in the paper). The released
+``TripletMarginLossOHNM`` multiplies each violating triplet by softmax_n(s_n / tau) over the
+row's violating negatives (non-violating ones are masked out of the softmax), tau = 0.1, then
+sums over negatives and averages over rows; the weights are *not* detached. Pass
+``negative_temperature=0.1`` to get this; the weights then replace the uniform 1/N average
+over negatives (they sum to 1 over each anchor's violating negatives).
+
+Two forms:
+- ``dynamic_margin_triplet_loss(s_pos, s_neg, ...)``: explicit triplets of any broadcastable
+  shapes, averaged over the triplets given; with re-weighting, the softmax runs over the last
+  dimension (the negatives), e.g. s_pos (B, 1) against s_neg (B, N) as in the released code
+  (one sampled positive, the top-N hardest negatives).
+- ``dynamic_margin_triplet_pool_loss(scores, targets, ...)``: every (positive, negative) pair of
+  each row of a (B, P) pool; per row the mean over its pairs (or, with re-weighting, the mean
+  over its positives of the weighted sum over negatives), then the mean over rows.
+
+PRIME's full objective (Eq. 5) is L(h_q, z_l) + L(h_q, h_l) + L(h_l, h_q) + lambda R: this loss
+on query-to-prototype, query-to-label and (transposed) label-to-query similarities, plus the
+regulariser in ``prime_regularizer.py``. Table 10: gamma_min = 0.1, gamma_max = 0.3.
+
+Relation to siblings: with gamma_min = gamma_max = gamma, the "max" variant is exactly
+``triplet_margin_loss`` with margin gamma.
+
+Example:
+    >>> s_p = torch.tensor([0.9, 0.55, 0.2]); s_n = torch.tensor([0.5, 0.5, 0.6])
+    >>> loss = dynamic_margin_triplet_loss(s_p, s_n, 0.1, 0.3)     # easy, ambiguous, hard triplets
+"""
+
+from __future__ import annotations
+
+import torch
+
+from xmcbench.losses.common import LossInputError, check_scores_targets, mean_over_rows
+from xmcbench.losses.triplet import gather_positives
+
+__all__ = ["dynamic_margin_triplet_loss", "dynamic_margin_triplet_pool_loss", "dynamic_margin_triplet_terms"]
+
+GAMMA_MIN = 0.1  # PRIME Table 10
+GAMMA_MAX = 0.3  # PRIME Table 10
+VARIANTS = ("max", "paper")
+
+
+def _check(gamma_min: float, gamma_max: float, variant: str, negative_temperature: float | None) -> None:
+    if not 0 <= gamma_min <= gamma_max:
+        raise LossInputError(f"dynamic margin needs 0 <= gamma_min <= gamma_max, got {gamma_min}, {gamma_max}")
+    if variant not in VARIANTS:
+        raise LossInputError(
+            f"unknown dynamic-margin variant {variant!r}; choose 'max' (released code) or 'paper'"
+        )
+    if negative_temperature is not None and not negative_temperature > 0:
+        raise LossInputError(f"negative_temperature must be > 0 or None, got {negative_temperature}")
+
+
+def dynamic_margin_triplet_terms(
+    s_pos: torch.Tensor,
+    s_neg: torch.Tensor,
+    gamma_min: float = GAMMA_MIN,
+    gamma_max: float = GAMMA_MAX,
+    variant: str = "max",
+) -> torch.Tensor:
+    """Elementwise loss of each (broadcast) triplet, no reduction (see module docstring)."""
+    _check(gamma_min, gamma_max, variant, None)
+    gap = s_pos - s_neg
+    margin = gap.detach().abs().clamp(gamma_min, gamma_max)
+    losses = torch.relu(margin - gap)
+    if variant == "paper":
+        ambiguous = (gap > 0) & (gap < gamma_min)
+        losses = torch.where(ambiguous, gap + gamma_min, losses)
+    return losses
+
+
+def _negative_weights(s_neg: torch.Tensor, active: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax over the last dim of s_neg / temperature restricted to ``active``; 0 elsewhere.
+
+    A slice with no active entry gets all-zero weights (the released code's -100 fill gives
+    uniform weights on zero losses there, i.e. the same zero contribution).
+    """
+    any_active = active.any(dim=-1, keepdim=True)
+    logits = (s_neg / temperature).masked_fill(~active, float("-inf"))
+    logits = torch.where(any_active, logits, torch.zeros_like(logits))
+    return torch.softmax(logits, dim=-1) * active
+
+
+def dynamic_margin_triplet_loss(
+    s_pos: torch.Tensor,
+    s_neg: torch.Tensor,
+    gamma_min: float = GAMMA_MIN,
+    gamma_max: float = GAMMA_MAX,
+    variant: str = "max",
+    negative_temperature: float | None = None,
+) -> torch.Tensor:
+    """Clipped dynamic-margin triplet loss (PRIME Eq. 13), averaged over the triplets given.
+
+    Args:
+        s_pos: positive similarities, broadcastable with ``s_neg``.
+        s_neg: negative similarities; with re-weighting its last dim indexes the negatives.
+        gamma_min, gamma_max: clip range of the margin (0.1, 0.3 in PRIME Table 10).
+        variant: "max" (defining formula, released code; default) or "paper" (Eq. 13 case
+            expansion / Eq. 14, inverted gradient in the ambiguous region).
+        negative_temperature: None for the plain mean; tau (0.1 in the released code) to weight
+            violating negatives by softmax(s_n / tau) over the last dim, summed over negatives
+            and averaged over the remaining dims.
+
+    Returns:
+        Scalar loss; 0 for empty input.
+    """
+    _check(gamma_min, gamma_max, variant, negative_temperature)
+    s_pos, s_neg = torch.broadcast_tensors(s_pos, s_neg)
+    losses = dynamic_margin_triplet_terms(s_pos, s_neg, gamma_min, gamma_max, variant)
+    if losses.numel() == 0:
+        return losses.sum()
+    if negative_temperature is None:
+        return losses.mean()
+    if losses.dim() == 0:
+        return losses  # a single triplet: its weight is 1 (or it is 0)
+    weights = _negative_weights(s_neg, losses.detach() > 0, negative_temperature)
+    return (weights * losses).sum(dim=-1).mean()
+
+
+def dynamic_margin_triplet_pool_loss(
+    scores: torch.Tensor,
+    targets: torch.Tensor,
+    gamma_min: float = GAMMA_MIN,
+    gamma_max: float = GAMMA_MAX,
+    variant: str = "max",
+    negative_temperature: float | None = None,
+) -> torch.Tensor:
+    """Dynamic-margin triplet loss over every (positive, negative) pair of each row of a pool.
+
+    Args:
+        scores: (B, P) query x pool similarities (cosine in PRIME). For the label-to-query
+            term of Eq. 5 pass the transposed matrices.
+        targets: (B, P) bool positives; every other column is a negative of the row (a -inf
+            score marks a padding column, which is never violating).
+        gamma_min, gamma_max, variant, negative_temperature: as in ``dynamic_margin_triplet_loss``.
+
+    Returns:
+        Scalar: per row the mean over its (positive, negative) pairs — or, with re-weighting,
+        the mean over its positives of the softmax-weighted sum over its negatives — then the
+        mean over the rows with at least one pair. Memory O(B * K * P), K = max positives/row.
+    """
+    check_scores_targets(scores, targets, "dynamic_margin_triplet_pool_loss")
+    _check(gamma_min, gamma_max, variant, negative_temperature)
+    if scores.numel() == 0:
+        return scores.sum()
+    pos, pos_valid = gather_positives(scores, targets)  # (B, K)
+    neg_valid = ~targets  # (B, P)
+    valid = pos_valid[:, :, None] & neg_valid[:, None, :]  # (B, K, P)
+    s_neg = scores.masked_fill(targets, 0.0)[:, None, :]  # (B, 1, P)
+    losses = dynamic_margin_triplet_terms(pos[:, :, None], s_neg, gamma_min, gamma_max, variant)
+    losses = losses.masked_fill(~valid, 0.0)  # (B, K, P)
+    if negative_temperature is None:
+        return mean_over_rows(losses.sum(dim=(1, 2)), valid.sum(dim=(1, 2)))
+    weights = _negative_weights(s_neg.expand_as(losses), valid & (losses.detach() > 0), negative_temperature)
+    per_anchor = (weights * losses).sum(dim=2)  # (B, K) weighted sum over negatives
+    anchors = pos_valid & neg_valid.any(dim=1, keepdim=True)  # (B, K) positives that have negatives
+    return mean_over_rows(per_anchor.sum(dim=1), anchors.sum(dim=1))
