@@ -38,6 +38,7 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.methods import METHODS
 from xmcbench.methods.base import RunContext, TrainTask, timed
 from xmcbench.recipe import Recipe, check_floor, recipe_from_dict
+from xmcbench.store.record import EVAL_ROWS_FILE
 
 SCHEMA_VERSION = 1
 RECORDED_PACKAGES = ("torch", "transformers", "numpy", "scipy", "scikit-learn", "duckdb", "faiss-cpu", "faiss-gpu")
@@ -263,8 +264,9 @@ def _initial_record(run_id: str, recipe: Recipe, recipe_path: str | None, comman
         "task": {"dataset": recipe.dataset.name, "dataset_variant": recipe.dataset.variant,
                  "split": recipe.evaluation.split, "supervision": recipe.supervision.mode,
                  "label_fraction": recipe.supervision.label_fraction},
-        "model": {"method": recipe.method.name, "encoder": recipe.encoder.name,
-                  "encoder_revision": recipe.encoder.revision, "params_total": None, "params_trainable": None},
+        "model": {"method": recipe.method.name,
+                  "encoder": recipe.encoder.name if METHODS.get(recipe.method.name).uses_encoder else None,
+                  "encoder_revision": recipe.encoder.revision if METHODS.get(recipe.method.name).uses_encoder else None, "params_total": None, "params_trainable": None},
         "scores": [],
         "groups": {},
         "provenance": {
@@ -409,11 +411,12 @@ def _execute(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bo
         rows = _eval_rows(recipe, truth.shape[0])
         eval_texts = dataset.query_texts(split)
         if rows is not None:
+            np.save(run_dir / EVAL_ROWS_FILE, rows)  # so `compare` can rebuild the same truth
             truth = truth[rows]
             filt = filt[rows] if filt is not None else None
             eval_texts = [eval_texts[int(i)] for i in rows]
         record["task"].update(
-            dataset=dataset.name, dataset_version=dataset.meta.get("version") or dataset.meta.get("raw_sha256"),
+            dataset=dataset.name, dataset_version=dataset.version,
             n_queries=int(dataset.labels(split).shape[0]), n_queries_evaluated=int(truth.shape[0]),
             n_labels=int(dataset.n_labels), propensity_a=a, propensity_b=b,
             filter=(f"filter_labels_{split}.txt" if filt is not None else None),

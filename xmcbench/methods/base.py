@@ -85,6 +85,7 @@ class Method(Protocol):
     name: ClassVar[str]
     Config: ClassVar[type[MethodConfig]]
     requires_labels: ClassVar[bool]  # False: usable zero-shot
+    uses_encoder: ClassVar[bool]  # True: the recipe's encoder section applies (recorded with the run)
 
     def __init__(self, config: MethodConfig, recipe: Any) -> None: ...
 

@@ -36,6 +36,7 @@ class TfidfMethod:
     name: ClassVar[str] = "tfidf"
     Config: ClassVar[type[TfidfConfig]] = TfidfConfig
     requires_labels: ClassVar[bool] = False
+    uses_encoder: ClassVar[bool] = False
 
     def __init__(self, config: TfidfConfig, recipe=None):
         self.config = config

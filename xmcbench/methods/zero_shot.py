@@ -28,6 +28,7 @@ class ZeroShotMethod:
     name: ClassVar[str] = "zero_shot"
     Config: ClassVar[type[ZeroShotConfig]] = ZeroShotConfig
     requires_labels: ClassVar[bool] = False
+    uses_encoder: ClassVar[bool] = True
 
     def __init__(self, config: ZeroShotConfig, recipe=None):
         from xmcbench.recipe import EncoderSection

@@ -13,9 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import secrets
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +23,7 @@ from xmcbench.errors import DataFormatError
 RECORD_SCHEMA_VERSION = 1  # the newest record.json schema this code understands
 RECORD_FILE = "record.json"
 PREDICTIONS_FILE = "predictions.npz"
+EVAL_ROWS_FILE = "eval_rows.npy"  # indices of the split's queries evaluated, when only a sample was
 STATUSES = ("running", "finished", "failed", "interrupted")
 PHASES = ("prepare", "train", "predict", "evaluate")
 
@@ -42,17 +40,6 @@ class RunRows:
     accounting: dict[str, Any] | None = None
 
 
-def make_run_id(method: str, dataset: str, when: datetime | None = None) -> str:
-    """``YYYYmmdd-HHMMSS-<method>-<dataset>-<6 hex>`` (UTC), unique even for runs started together."""
-    when = when or datetime.now(timezone.utc)
-    return f"{when:%Y%m%d-%H%M%S}-{method}-{dataset}-{secrets.token_hex(3)}"
-
-
-def utc_iso(when: datetime | None = None) -> str:
-    """An ISO-8601 UTC timestamp for a record field (now by default)."""
-    return (when or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat(timespec="seconds")
-
-
 def new_record(run_id: str, task: dict, model: dict, provenance: dict | None = None) -> dict:
     """A record for a run that is starting: status "running", no scores yet.
 
@@ -60,7 +47,7 @@ def new_record(run_id: str, task: dict, model: dict, provenance: dict | None = N
     ..., propensity_a/b, filter, supervision; model: method, encoder, ...). The caller fills in
     scores, groups, compute and accounting as the run goes and rewrites it with ``write_record``.
     """
-    now = utc_iso()
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return {
         "schema_version": RECORD_SCHEMA_VERSION,
         "run_id": run_id,
@@ -84,21 +71,11 @@ def write_record(run_dir: Path | str, record: dict) -> Path:
 
     A reader (``xmcbench ingest``, a table) sees either the previous complete record or the new one.
     """
-    run_dir = Path(run_dir)
-    path = run_dir / RECORD_FILE
+    from xmcbench.data.registry import atomic_write_bytes
+
+    path = Path(run_dir) / RECORD_FILE
     record_rows(record, run_dir, where=path)  # never write a record the store would reject
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".record.", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(record, out, indent=2)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, json.dumps(record, indent=2).encode() + b"\n")
     return path
 
 
@@ -200,7 +177,6 @@ def record_rows(record: dict, run_dir: Path | str | None, where: Path | str | No
     task = top.sub("task", required=True)
     model = top.sub("model", required=True)
     prov = top.sub("provenance")
-    canonical = json.dumps(record, sort_keys=True)
     runs = {
         "run_id": run_id,
         "record_schema": version,
@@ -236,8 +212,8 @@ def record_rows(record: dict, run_dir: Path | str | None, where: Path | str | No
         "platform": prov.get("platform", str),
         "host": prov.get("host", str),
         "run_dir": str(Path(run_dir).resolve()) if run_dir is not None else None,
-        "record_sha256": hashlib.sha256(canonical.encode()).hexdigest(),
-        "record_json": canonical,
+        "record_sha256": hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest(),
+        "record_json": json.dumps(record),  # key order kept, for `runs show`
     }
     rows = RunRows(run_id=run_id, runs=runs)
     rows.scores = _score_rows(top, run_id)

@@ -137,18 +137,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
             """
             CREATE TABLE reference_results (
-                paper            VARCHAR NOT NULL,
+                paper            VARCHAR NOT NULL,      -- paper id: prime, unidec, dexml, maclr, lmtx
                 paper_table      VARCHAR NOT NULL,      -- where in the paper, e.g. "Table 2"
                 dataset          VARCHAR NOT NULL,
-                method           VARCHAR NOT NULL,
-                setting          VARCHAR NOT NULL,      -- full | zero_shot | few_shot
+                dataset_variant  VARCHAR,               -- set when the paper used another copy of the dataset
+                method           VARCHAR NOT NULL,      -- the method's own name ("NGAME")
+                variant          VARCHAR,               -- what the row adds to it ("(W)", "SoftTop-5")
+                printed_name     VARCHAR NOT NULL,      -- the row label as the table prints it
+                setting          VARCHAR NOT NULL,      -- full | zero-shot | few-shot-<n>% | few-shot-<n>%-pairs
                 metric           VARCHAR NOT NULL,      -- "P@1"
-                value            DOUBLE NOT NULL,
+                value            DOUBLE NOT NULL,       -- percent, as printed
                 batch_size       BIGINT,
-                label_pool       VARCHAR,
+                label_pool       VARCHAR,               -- a count or the printed abbreviation ("~1.3M")
                 gpus             INTEGER,
                 gpu_type         VARCHAR,
-                train_time_hours DOUBLE,
+                train_time_hours DOUBLE,                -- wall-clock training time on `gpus` GPUs
+                test_queries     BIGINT,                -- set only when not the full test set
                 notes            VARCHAR,
                 loaded_at        TIMESTAMP NOT NULL
             )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -25,7 +25,7 @@ import duckdb
 
 from xmcbench import paths
 from xmcbench.errors import DataFormatError, XmcbenchError
-from xmcbench.store.lock import DEFAULT_TIMEOUT_S, DatabaseLockTimeout, retry_on_conflict, write_lock
+from xmcbench.store.lock import DEFAULT_TIMEOUT_S, DatabaseLockTimeout, is_lock_conflict, retry_on_conflict, write_lock
 from xmcbench.store.record import RECORD_FILE, RunRows, read_record, record_rows
 from xmcbench.store.schema import SCHEMA_VERSION, check_not_newer, current_version, migrate, utcnow
 
@@ -70,7 +70,7 @@ class Store:
         try:
             return duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.Error as exc:
-            if "lock" in str(exc).lower():
+            if is_lock_conflict(exc):
                 raise  # another process has it open: the caller retries
             raise XmcbenchError(
                 f"{self.path}: cannot open the results database ({exc}). If the file is damaged, move it "
@@ -78,22 +78,28 @@ class Store:
             ) from None
 
     @contextmanager
-    def _writing(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """Lock, open read-write, yield inside one transaction, commit, close, unlock."""
+    def _locked(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """Hold the write lock and a read-write connection; close and unlock afterwards."""
         with write_lock(self.path, self.timeout_s):
             con = retry_on_conflict(
                 lambda: self._connect(read_only=False), "open the database for writing", self.path, self.timeout_s
             )
             try:
-                con.execute("BEGIN TRANSACTION")
-                try:
-                    yield con
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-                con.execute("COMMIT")
+                yield con
             finally:
                 con.close()
+
+    @contextmanager
+    def _writing(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """Lock, open read-write, yield inside one transaction, commit, close, unlock."""
+        with self._locked() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Run one read-only query; rows as dicts."""
@@ -113,7 +119,7 @@ class Store:
         """Create the database or apply missing migrations; refuse a newer schema. Returns the version."""
         if self.path.exists():
             try:
-                version = retry_on_conflict(self._read_version, "read the schema version", self.path, self.timeout_s)
+                version = self.schema_version()
             except DatabaseLockTimeout:
                 raise
             except XmcbenchError:
@@ -122,24 +128,18 @@ class Store:
             if version == SCHEMA_VERSION:
                 return version
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with write_lock(self.path, self.timeout_s):
-            con = retry_on_conflict(
-                lambda: self._connect(read_only=False), "open the database for writing", self.path, self.timeout_s
-            )
+        with self._locked() as con:
+            return migrate(con, str(self.path))  # re-reads the version: another process may have migrated
+
+    def schema_version(self) -> int:
+        def attempt() -> int:
+            con = self._connect(read_only=True)
             try:
-                return migrate(con, str(self.path))  # re-reads the version: another process may have migrated
+                return current_version(con)
             finally:
                 con.close()
 
-    def _read_version(self) -> int:
-        con = self._connect(read_only=True)
-        try:
-            return current_version(con)
-        finally:
-            con.close()
-
-    def schema_version(self) -> int:
-        return retry_on_conflict(self._read_version, "read the schema version", self.path, self.timeout_s)
+        return retry_on_conflict(attempt, "read the schema version", self.path, self.timeout_s)
 
     # -- ingestion ---------------------------------------------------------------------------
 
@@ -195,41 +195,60 @@ class Store:
     # -- reference results -------------------------------------------------------------------
 
     def load_reference_results(self, rows: Iterable[Any] | None = None) -> int:
-        """Replace the reference_results table with the published numbers. Returns the row count.
+        """Replace the reference_results table with published numbers. Returns the number of values.
 
-        ``rows`` are ``xmcbench.leaderboard.ReferenceRow``-like objects (attributes paper, table,
-        dataset, method, setting, metrics, batch_size, label_pool, gpus, gpu_type,
-        train_time_hours, notes); default: everything under ``leaderboard/``.
+        ``rows`` are ``xmcbench.leaderboard.ReferenceRow`` objects; default: every row of the
+        leaderboard files (``xmcbench.leaderboard.load_reference_results()``).
         """
         if rows is None:
             from xmcbench.leaderboard import load_reference_results
 
             rows = load_reference_results()
         now = utcnow()
-        long_rows = []
-        for ref in rows:
-            for metric, value in ref.metrics.items():
-                long_rows.append(
-                    (
-                        ref.paper, ref.table, ref.dataset, ref.method, _normalise_setting(ref.setting), metric,
-                        float(value), ref.batch_size, None if ref.label_pool is None else str(ref.label_pool),
-                        ref.gpus, ref.gpu_type, ref.train_time_hours, ref.notes, now,
-                    )
-                )
+        values = [
+            {
+                "paper": ref.paper, "paper_table": ref.table, "dataset": ref.dataset, "dataset_variant": ref.dataset_variant,
+                "method": ref.method, "variant": ref.variant, "printed_name": ref.printed_name, "setting": ref.setting,
+                "metric": metric, "value": float(value), "batch_size": ref.batch_size,
+                "label_pool": None if ref.label_pool is None else str(ref.label_pool), "gpus": ref.gpus,
+                "gpu_type": ref.gpu_type, "train_time_hours": ref.train_time_hours, "test_queries": ref.test_queries,
+                "notes": ref.notes, "loaded_at": now,
+            }
+            for ref in rows
+            for metric, value in ref.metrics.items()
+        ]
         with self._writing() as con:
             con.execute("DELETE FROM reference_results")
-            if long_rows:
-                con.executemany(f"INSERT INTO reference_results VALUES ({', '.join('?' * 14)})", long_rows)
-        return len(long_rows)
+            _insert(con, "reference_results", values)
+        return len(values)
+
+    def refresh_reference_results(self) -> bool:
+        """Load the published numbers if the table is empty or older than the leaderboard files.
+
+        Returns True when it (re)loaded them.
+        """
+        from xmcbench.leaderboard import reference_dir
+
+        files = list(reference_dir().glob("*.yaml"))
+        newest = max((f.stat().st_mtime for f in files), default=None)
+        loaded = self.reference_loaded_at()
+        if loaded is not None and (newest is None or datetime.fromtimestamp(newest, timezone.utc).replace(tzinfo=None) <= loaded):
+            return False
+        self.load_reference_results()
+        return True
 
     def reference_loaded_at(self) -> datetime | None:
         """When the reference results were last loaded (UTC), or None if the table is empty."""
         return self._query("SELECT max(loaded_at) AS t FROM reference_results")[0]["t"]
 
     def reference_results(self, dataset: str | None = None) -> list[dict[str, Any]]:
-        """Published numbers, one row per (paper, table, method, setting, metric)."""
+        """Published numbers, one row per (paper, table, dataset, method, variant, setting, metric)."""
         where, params = _filters(dataset=dataset)
-        return self._query(f"SELECT * EXCLUDE (loaded_at) FROM reference_results {where} ORDER BY paper, paper_table, method, setting, metric", params)
+        return self._query(
+            f"SELECT * EXCLUDE (loaded_at) FROM reference_results {where} "
+            "ORDER BY paper, paper_table, method, variant NULLS FIRST, printed_name, setting, metric",
+            params,
+        )
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -269,16 +288,19 @@ class Store:
     def best_runs(self, dataset: str, metric: str = "P@1", latest: bool = False) -> list[dict[str, Any]]:
         """The best (or, with ``latest``, the newest) finished run per configuration on ``dataset``.
 
-        A configuration is (method, encoder, supervision, label fraction) within one comparable
-        setting (split, dataset version, propensity A/B, filter file): runs from different
-        settings are never ranked against each other. "Best" uses ``metric`` and its
+        A configuration is (method, encoder, supervision, label fraction, queries evaluated) within
+        one comparable setting (split, dataset version, propensity A/B, filter file): runs from
+        different settings, or evaluated on different numbers of queries, are never ranked
+        against each other. "Best" uses ``metric`` and its
         ``higher_is_better``; runs without that metric come after those with it; ties go to the
         newest run.
         """
-        partition = ", ".join(f"r.{c}" for c in ("method", "encoder", "supervision", "label_fraction", *COMPARABILITY_KEY))
+        # n_queries_evaluated too: a run on a sample of the test set is never ranked against a full one
+        config = ("method", "encoder", "supervision", "label_fraction", "n_queries_evaluated")
+        partition = ", ".join(f"r.{c}" for c in (*config, *COMPARABILITY_KEY))
         by_value = "" if latest else "CASE WHEN s.higher_is_better THEN s.value ELSE -s.value END DESC NULLS LAST, "
         return self._query(
-            "SELECT r.* EXCLUDE (record_json) FROM runs r LEFT JOIN scores s ON s.run_id = r.run_id AND s.name = ? "
+            "SELECT r.* EXCLUDE (record_json) FROM runs r LEFT JOIN scores s ON s.run_id = r.run_id AND lower(s.name) = lower(?) "
             "WHERE lower(r.dataset) = lower(?) AND r.status = 'finished' "
             f"QUALIFY row_number() OVER (PARTITION BY {partition} ORDER BY {by_value}r.created_at DESC NULLS LAST, r.run_id DESC) = 1 "
             "ORDER BY r.method, r.created_at DESC",
@@ -313,19 +335,18 @@ def _filters(prefix: str = "", **conditions: str | None) -> tuple[str, list[Any]
     return ("WHERE " + " AND ".join(parts) if parts else ""), params
 
 
-def _normalise_setting(setting: str | None) -> str:
-    """'Zero-Shot' -> 'zero_shot'; missing -> 'full' (the papers' main tables)."""
-    return (setting or "full").strip().lower().replace("-", "_").replace(" ", "_")
-
-
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    """Insert dict rows (same keys) in one statement, one list parameter per column.
+
+    Binding a list per column and unnesting them is ~100x faster than executemany or a long
+    multi-row VALUES for the ~1,000 reference values.
+    """
     if not rows:
         return
     columns = list(rows[0])
-    con.executemany(
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-        [[row[c] for c in columns] for row in rows],
-    )
+    types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]).fetchall())
+    unnests = ", ".join(f"unnest(?::{types[c]}[])" for c in columns)
+    con.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {unnests}", [[row[c] for row in rows] for c in columns])
 
 
 def _upsert(con: duckdb.DuckDBPyConnection, rows: RunRows) -> None:

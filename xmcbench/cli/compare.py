@@ -1,0 +1,46 @@
+"""``xmcbench compare RUN_A RUN_B``: is run A really better than run B on the same queries?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from xmcbench.cli._common import console, handle_errors
+
+
+@handle_errors
+def compare(
+    run_a: Annotated[str, typer.Argument(help="First run (id or unique prefix).")],
+    run_b: Annotated[str, typer.Argument(help="Second run (id or unique prefix).")],
+    db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    n_boot: Annotated[int, typer.Option("--n-boot", min=1, help="Bootstrap replicates.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap resampling.")] = 0,
+) -> None:
+    """Paired bootstrap of A − B per metric over the same test queries, with 95% intervals.
+
+    Recomputes every metric both runs report from their saved predictions; a difference whose
+    interval excludes 0 is marked with *. Refuses runs on different datasets, splits, dataset
+    versions, propensity settings or filter files.
+    """
+    from xmcbench.report.compare import compare_runs
+    from xmcbench.store import Store
+
+    with Store.open(db) as store:
+        result = compare_runs(store, run_a, run_b, n_boot=n_boot, seed=seed)
+    table = Table(
+        title=f"A − B on {escape(result.dataset)} {result.split} ({result.n_queries:,} queries, {result.n_boot} paired resamples)",
+        caption="* the 95% interval excludes 0",
+    )
+    for header in ("metric", "A", "B", "A − B", "95% interval", ""):
+        table.add_column(header, justify="left" if header == "metric" else "right")
+    for row in result.rows:
+        colour = "green" if row.diff > 0 else "red"
+        mark = f"[bold {colour}]*[/]" if row.significant else ""
+        diff = f"[{colour}]{row.diff:+.2f}[/]" if row.significant else f"{row.diff:+.2f}"
+        table.add_row(row.name, f"{row.value_a:.2f}", f"{row.value_b:.2f}", diff, f"[{row.lo:+.2f}, {row.hi:+.2f}]", mark)
+    console.print(f"A = {escape(result.run_a)}\nB = {escape(result.run_b)}", highlight=False)
+    console.print(table)

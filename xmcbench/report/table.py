@@ -1,0 +1,339 @@
+"""Results tables: reproduced runs next to the papers' published numbers, for one dataset.
+
+``build_table`` only gathers and compares numbers; ``render.py`` turns a ``Table`` into rich,
+markdown, csv, json or html. A table holds:
+
+- one row per reproduced configuration (method, encoder, supervision, queries evaluated): its
+  best finished run by the first metric shown (``pick="latest"``: its newest), or every finished
+  run with ``all_runs``; ``source`` is the run id;
+- one row per published result (paper, table, method variant, setting — full, zero-shot and
+  few-shot alike), labelled as the paper prints it; ``source`` is "paper:table";
+- for a reproduced method that also has a published number in the same setting, "<metric> Δ"
+  columns: reproduced minus published, against the method's own paper when several papers
+  report it (``Δ vs`` names the row used);
+- compute columns: GPU-hours, GPU type × count, batch size, label pool size, and the share of
+  the test queries evaluated (coverage).
+
+Settings use the leaderboard's words: ``full``, ``zero-shot``, ``few-shot-<n>%`` (n% of the
+labels seen in training).
+
+Never mixed or misranked:
+- runs are comparable only when they share split, dataset version, propensity A/B and filter file
+  (``xmcbench.store.COMPARABILITY_KEY``). When a dataset's runs span several such settings,
+  ``build_table`` refuses and lists them; pass ``split`` / ``dataset_version`` / ``propensity``
+  to choose one;
+- published rows measured on another copy of the dataset (``dataset_variant``) are left out;
+- rows evaluated on part of the test set (a run's coverage below 100 %, a published row's
+  ``test_queries``) are shown but never highlighted as best, and published ones get no Δ.
+Published rows come from the papers (their own A/B); their PSP figures are shown as printed.
+
+GPU-hours: for published rows, training time × GPUs as the paper reports them (training only);
+for reproduced runs, (train + predict wall time) × GPUs used, as recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from xmcbench.errors import XmcbenchError
+from xmcbench.store import COMPARABILITY_KEY, Store
+from xmcbench.store.record import parse_metric_name
+
+DEFAULT_METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")
+_FAMILY_ORDER = ("P", "nDCG", "PSP", "PSnDCG", "R")
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # key in each row dict
+    header: str
+    kind: Literal["text", "metric", "delta", "number"]
+
+
+@dataclass
+class Table:
+    """A results table: columns, rows (dicts of raw values), and which cells are best.
+
+    Every row has the keys of ``columns`` plus ``kind`` ("reproduced" / "published"),
+    ``ranked`` (False for rows on part of the test set) and ``notes``.
+    """
+
+    dataset: str
+    metrics: list[str]
+    columns: list[Column]
+    rows: list[dict[str, Any]]
+    setting: dict[str, Any] = field(default_factory=dict)  # the comparability key of its runs
+    best: dict[str, set[int]] = field(default_factory=dict)  # metric -> indices of rows holding the best value
+    higher_is_better: dict[str, bool] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        parts = [self.dataset]
+        s = self.setting
+        if s.get("split"):
+            parts.append(f"split {s['split']}")
+        if s.get("dataset_version"):
+            parts.append(f"version {s['dataset_version'][:12]}")
+        if s.get("propensity_a") is not None:
+            parts.append(f"A/B {_num(s['propensity_a'])}/{_num(s['propensity_b'])}")
+        return " · ".join(parts)
+
+    def is_best(self, row_index: int, key: str) -> bool:
+        return row_index in self.best.get(key, ())
+
+
+def build_table(
+    store: Store,
+    dataset: str,
+    metrics: list[str] | None = None,
+    all_runs: bool = False,
+    pick: Literal["best", "latest"] = "best",
+    split: str | None = None,
+    dataset_version: str | None = None,
+    propensity: tuple[float, float] | None = None,
+) -> Table:
+    """Reproduced runs and published results for ``dataset`` (see the module docstring)."""
+    if all_runs:
+        runs = store.runs(dataset=dataset, status="finished")
+    else:
+        runs = store.best_runs(dataset, metric=(metrics or DEFAULT_METRICS)[0], latest=pick == "latest")
+    runs = _select_setting(dataset, runs, split, dataset_version, propensity)
+    references = store.reference_results(dataset=dataset)
+    other_copies = {(r["paper"], r["paper_table"], r["printed_name"]) for r in references if r["dataset_variant"]}
+    references = [r for r in references if not r["dataset_variant"]]
+    if not runs and not references:
+        raise XmcbenchError(
+            f"nothing to show for dataset {dataset!r}: no finished runs in {store.path} and no published results; "
+            f"index run directories with `xmcbench ingest DIR`, or check the name with `xmcbench datasets list`"
+        )
+
+    details = store.run_details([r["run_id"] for r in runs])
+    run_rows = [_run_row(run, details[run["run_id"]]) for run in runs]
+    ref_rows = _reference_rows(references)
+    rows = run_rows + ref_rows
+
+    present = {name for row in rows for name in row["_metrics"]}
+    chosen, notes = _choose_metrics(metrics, present)
+    deltas = _add_deltas(run_rows, ref_rows, chosen)
+    for row in rows:
+        for name in chosen:
+            row[name] = row["_metrics"].get(name)
+        for key in [key for key in row if key.startswith("_")]:  # bookkeeping, not columns
+            del row[key]
+
+    higher = {name: s["higher_is_better"] for d in details.values() for name, s in d["scores"].items()}
+    table = Table(
+        dataset=runs[0]["dataset"] if runs else references[0]["dataset"],
+        metrics=chosen,
+        columns=_columns(chosen, deltas, rows),
+        rows=rows,
+        setting={key: runs[0][key] for key in COMPARABILITY_KEY} if runs else {},
+        higher_is_better={name: higher.get(name, True) for name in chosen},  # every XMC metric is "more is better"
+        notes=notes,
+    )
+    table.best = _best_cells(table)
+    if any(not row["ranked"] for row in rows):
+        table.notes.append("rows evaluated on part of the test set are not ranked")
+    if other_copies:
+        table.notes.append(f"{len(other_copies)} published rows on another copy of the dataset are not shown")
+    if any(r["gpu_hours"] is not None for r in ref_rows):
+        table.notes.append("published GPU-hours = training time × GPUs as reported (training only)")
+    return table
+
+
+# -- selecting comparable runs ---------------------------------------------------------------
+
+
+def _select_setting(
+    dataset: str, runs: list[dict], split: str | None, version: str | None, propensity: tuple[float, float] | None
+) -> list[dict]:
+    if split is not None:
+        runs = [r for r in runs if r["split"] == split]
+    if version is not None:
+        runs = [r for r in runs if (r["dataset_version"] or "").startswith(version)]
+    if propensity is not None:
+        runs = [r for r in runs if (r["propensity_a"], r["propensity_b"]) == tuple(propensity)]
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(tuple(run[key] for key in COMPARABILITY_KEY), []).append(run)
+    if len(groups) > 1:
+        listing = "; ".join(
+            f"split {k[0]}, version {k[1] or '?'}, A/B {_num(k[2])}/{_num(k[3])}, filter {k[4] or 'none'} ({len(g)} runs)"
+            for k, g in groups.items()
+        )
+        raise XmcbenchError(
+            f"runs of {dataset} were made under {len(groups)} different settings, which one table never mixes: "
+            f"{listing}. Choose one with --split, --dataset-version (a prefix is enough) or --propensity A,B"
+        )
+    return runs
+
+
+def _num(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+# -- rows ------------------------------------------------------------------------------------
+
+
+def run_setting(supervision: str | None, label_fraction: float | None) -> str:
+    """A run's supervision in the leaderboard's words: full, zero-shot, few-shot-<n>%."""
+    supervision = (supervision or "full").replace("_", "-")
+    if supervision == "few-shot" and label_fraction is not None:
+        return f"few-shot-{label_fraction * 100:g}%"
+    return supervision
+
+
+def _run_row(run: dict, details: dict) -> dict[str, Any]:
+    compute = details["compute"] or {}
+    acc = details["accounting"] or {}
+    coverage = None
+    if run["n_queries"] and run["n_queries_evaluated"] is not None:
+        coverage = 100.0 * run["n_queries_evaluated"] / run["n_queries"]
+    return {
+        "method": run["method"],
+        "encoder": run["encoder"],
+        "setting": run_setting(run["supervision"], run["label_fraction"]),
+        "source": run["run_id"],
+        "kind": "reproduced",
+        "ranked": coverage is None or coverage >= 100.0,
+        "notes": None,
+        "_metrics": {name: s["value"] for name, s in details["scores"].items()},
+        "coverage": coverage,
+        "gpu_hours": compute.get("gpu_hours"),
+        "gpus": _devices(compute),
+        "batch_size": acc.get("batch_size"),
+        "label_pool": _pool(acc.get("pool_size_mean"), acc.get("pool_size_max")),
+        "delta_vs": None,
+    }
+
+
+def _devices(compute: dict) -> str | None:
+    if not compute:
+        return None
+    if compute.get("device_type") == "cuda":
+        names = compute.get("device_names") or ["GPU"]
+        return f"{names[0]} × {compute.get('device_count') or len(names)}"
+    return "CPU"
+
+
+def _pool(mean: float | None, largest: int | None) -> str | None:
+    if mean is None:
+        return None
+    return f"{mean:,.0f}" + (f" (max {largest:,})" if largest is not None and largest != round(mean) else "")
+
+
+def _reference_rows(references: list[dict]) -> list[dict[str, Any]]:
+    """Pivot the long reference table: one row per printed row (paper, table, method, variant, setting)."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for ref in references:
+        key = (ref["paper"], ref["paper_table"], ref["method"], ref["variant"], ref["setting"])
+        row = rows.get(key)
+        if row is None:
+            hours, gpus = ref["train_time_hours"], ref["gpus"]
+            partial = ref["test_queries"] is not None
+            row = rows[key] = {
+                "method": ref["printed_name"],
+                "encoder": None,
+                "setting": ref["setting"],
+                "source": f"{ref['paper']}:{ref['paper_table']}",
+                "kind": "published",
+                "ranked": not partial,
+                "notes": "; ".join(
+                    n for n in (f"evaluated on {ref['test_queries']:,} test queries" if partial else None, ref["notes"]) if n
+                ) or None,
+                "_method": ref["method"],
+                "_variant": ref["variant"],
+                "_paper": ref["paper"],
+                "_metrics": {},
+                "coverage": None,
+                "gpu_hours": hours * gpus if hours is not None and gpus else None,
+                "gpus": f"{ref['gpu_type'] or 'GPU'} × {gpus}" if gpus else ref["gpu_type"],
+                "batch_size": ref["batch_size"],
+                "label_pool": ref["label_pool"],
+                "delta_vs": None,
+            }
+        row["_metrics"][ref["metric"]] = ref["value"]
+    return list(rows.values())
+
+
+def _name_key(name: str) -> str:
+    """'DEXML', 'dexml', 'Zero-Shot' -> comparable keys ('dexml', 'zeroshot')."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _add_deltas(run_rows: list[dict], ref_rows: list[dict], metrics: list[str]) -> list[str]:
+    """Add "<metric> Δ" (reproduced − published) to runs with a published counterpart; returns metrics with any Δ."""
+    with_delta: set[str] = set()
+    for row in run_rows:
+        method = _name_key(row["method"])
+        matches = [r for r in ref_rows if r["ranked"] and _name_key(r["_method"]) == method and r["setting"] == row["setting"]]
+        if not matches:
+            continue
+        # the method's own paper, its plain row (no variant), the row with most of the metrics shown
+        ref = min(
+            matches,
+            key=lambda r: (_name_key(r["_paper"]) != method, r["_variant"] is not None,
+                           -len(set(r["_metrics"]) & set(metrics)), r["source"], r["method"]),
+        )
+        row["delta_vs"] = f"{ref['method']} ({ref['source']})"
+        for name in metrics:
+            ours, theirs = row["_metrics"].get(name), ref["_metrics"].get(name)
+            if ours is not None and theirs is not None:
+                row[f"{name} Δ"] = ours - theirs
+                with_delta.add(name)
+    return [m for m in metrics if m in with_delta]
+
+
+def _choose_metrics(requested: list[str] | None, present: set[str]) -> tuple[list[str], list[str]]:
+    """Metric columns: the requested ones (matched case-insensitively), or the defaults present."""
+    by_lower = {name.lower(): name for name in present}
+    if requested:
+        chosen = list(dict.fromkeys(by_lower.get(name.lower(), name) for name in requested))
+        missing = [name for name in chosen if name not in present]
+        return chosen, ([f"no row has {', '.join(missing)}"] if missing else [])
+    chosen = [name for name in DEFAULT_METRICS if name in present]
+    if not chosen:  # runs evaluated with other metrics only: show what they have
+        chosen = sorted(present, key=_metric_order)
+    return chosen, []
+
+
+def _metric_order(name: str) -> tuple:
+    family, k = parse_metric_name(name)
+    rank = _FAMILY_ORDER.index(family) if family in _FAMILY_ORDER else len(_FAMILY_ORDER)
+    return (rank, family, k or 0)
+
+
+def _columns(metrics: list[str], deltas: list[str], rows: list[dict]) -> list[Column]:
+    columns = [Column("method", "method", "text")]
+    if any(row["encoder"] for row in rows):
+        columns.append(Column("encoder", "encoder", "text"))
+    columns += [Column("setting", "setting", "text"), Column("source", "source", "text")]
+    for name in metrics:
+        columns.append(Column(name, name, "metric"))
+        if name in deltas:
+            columns.append(Column(f"{name} Δ", f"{name} Δ", "delta"))
+    if deltas:
+        columns.append(Column("delta_vs", "Δ vs", "text"))
+    columns += [
+        Column("coverage", "coverage %", "number"),
+        Column("gpu_hours", "GPU-hours", "number"),
+        Column("gpus", "GPU × count", "text"),
+        Column("batch_size", "batch size", "number"),
+        Column("label_pool", "label pool", "text"),
+    ]
+    return columns
+
+
+def _best_cells(table: Table) -> dict[str, set[int]]:
+    best: dict[str, set[int]] = {}
+    for name in table.metrics:
+        values = [(i, row[name]) for i, row in enumerate(table.rows) if row["ranked"] and row.get(name) is not None]
+        if not values:
+            continue
+        pick = max if table.higher_is_better[name] else min
+        top = pick(v for _, v in values)
+        best[name] = {i for i, v in values if v == top}
+    return best
