@@ -1,0 +1,95 @@
+"""Mixed precision and random-number state.
+
+Precision: ``bf16`` means bfloat16 autocast on a CUDA device (weights and optimiser state stay
+fp32, so no loss scaling is needed); on a CPU the same recipe runs in plain fp32, which keeps CPU
+smoke runs on the code path of GPU runs without CPU bf16 kernels that are slow or missing.
+``fp16`` is refused: it would need a gradient scaler, and bf16 is available wherever fp16 is
+worth using for these encoders.
+
+RNG: ``seed_everything`` seeds Python, NumPy and torch (CPU and CUDA); ``rng_state`` /
+``set_rng_state`` capture and restore all four so that a resumed run draws the same dropout masks
+and batch orders as an uninterrupted one. The captured state contains only plain Python values
+and tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from xmcbench.errors import XmcbenchError
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def check_precision(precision: str) -> str:
+    """Return ``precision`` if it is supported, else raise an error that says what to use."""
+    if precision not in PRECISIONS:
+        hint = " (fp16 needs loss scaling; use bf16)" if precision == "fp16" else ""
+        raise XmcbenchError(f"unknown precision {precision!r}{hint}; choose one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def autocast_dtype(device: str | torch.device, precision: str) -> torch.dtype | None:
+    """The dtype autocast uses for ``device`` and ``precision``; None means plain fp32."""
+    check_precision(precision)
+    if precision == "bf16" and torch.device(device).type == "cuda":
+        return torch.bfloat16
+    return None
+
+
+@contextlib.contextmanager
+def autocast(device: str | torch.device, precision: str) -> Iterator[None]:
+    """bf16 autocast on CUDA when ``precision == "bf16"``; no autocast (fp32) otherwise."""
+    dtype = autocast_dtype(device, precision)
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(device_type="cuda", dtype=dtype):
+        yield
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, NumPy's global generator and torch (CPU and every CUDA device)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def rng_state() -> dict[str, Any]:
+    """The state of every global random generator a training loop may draw from."""
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        # NumPy's key array becomes a list so the state holds no arrays (loads with weights_only).
+        "numpy": (kind, keys.tolist(), pos, has_gauss, cached_gaussian),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore a state captured by :func:`rng_state`.
+
+    CUDA states are restored for as many devices as both the capture and this machine have;
+    a checkpoint written on a GPU still resumes on a CPU (without CUDA draws to restore).
+    """
+    random.setstate(_as_tuple(state["python"]))
+    kind, keys, pos, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))
+    torch.set_rng_state(state["torch"])
+    cuda_states = state.get("cuda") or []
+    if cuda_states and torch.cuda.is_available():
+        for index in range(min(len(cuda_states), torch.cuda.device_count())):
+            torch.cuda.set_rng_state(cuda_states[index], index)
+
+
+def _as_tuple(value: Any) -> Any:
+    """random.setstate wants nested tuples; serialisers may hand back lists."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_as_tuple(v) for v in value)
+    return value
