@@ -1,0 +1,155 @@
+"""How fast is ``prepare`` at LF-AmazonTitles-1.3M's size, next to merely decompressing its files?
+
+    python benchmarks/bench_prepare.py --dir /tmp/bench-1.3m            # full size (~6 GB disk, minutes)
+    python benchmarks/bench_prepare.py --dir /tmp/bench-0.1 --scale 0.1
+
+1. generate (or reuse, when ``--dir`` already holds one made with the same parameters) a synthetic
+   dataset of 2,248,619 train / 970,237 test queries and 1,305,265 labels, times ``--scale``, with
+   about 22 labels per query as in the real dataset (42 drawn, the rest repeats);
+2. time decompressing its three JSON files (zlib in Python, and ``gzip -dc > /dev/null``);
+3. time ``prepare`` (fresh cache) and its peak memory;
+4. time ``load_prepared`` and touching the whole train label matrix (plus decoding 10,000 texts).
+
+Each phase runs in its own process so its peak resident memory (ru_maxrss) is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+FULL = {"n_labels": 1_305_265, "n_train": 2_248_619, "n_test": 970_237}
+JSON_FILES = ("trn.json.gz", "tst.json.gz", "lbl.json.gz")
+
+
+def _peak_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux: kB
+
+
+def _params(args: argparse.Namespace) -> dict:
+    return {
+        "n_labels": max(2, round(FULL["n_labels"] * args.scale)),
+        "n_train": max(1, round(FULL["n_train"] * args.scale)),
+        "n_test": args.test if args.test is not None else max(1, round(FULL["n_test"] * args.scale)),
+        "seed": args.seed,
+        "labels_per_query": args.labels_per_query,
+        "n_topics": max(2, round(FULL["n_labels"] * args.scale / args.labels_per_topic)),
+    }
+
+
+def phase_generate(folder: Path, params: dict) -> dict:
+    from xmcbench.data.synth import synthesize
+
+    raw = folder / "raw"
+    stamp = folder / "params.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == params and all((raw / f).exists() for f in JSON_FILES):
+        return {"generated": False}
+    shutil.rmtree(raw, ignore_errors=True)
+    start = time.perf_counter()
+    synthesize(raw, **params)
+    seconds = time.perf_counter() - start
+    stamp.write_text(json.dumps(params))
+    return {"generated": True, "generate_s": seconds, "generate_peak_gb": _peak_gb()}
+
+
+def phase_decompress(folder: Path) -> dict:
+    raw = folder / "raw"
+    start = time.perf_counter()
+    uncompressed = 0
+    for name in JSON_FILES:
+        inflater = zlib.decompressobj(wbits=31)
+        with open(raw / name, "rb") as f:
+            for block in iter(lambda: f.read(4 << 20), b""):
+                uncompressed += len(inflater.decompress(block))
+    python_s = time.perf_counter() - start
+    start = time.perf_counter()
+    subprocess.run(f"gzip -dc {' '.join(str(raw / n) for n in JSON_FILES)} > /dev/null", shell=True, check=True)
+    gzip_s = time.perf_counter() - start
+    return {"decompress_zlib_s": python_s, "decompress_gzip_cli_s": gzip_s,
+            "compressed_mb": sum((raw / n).stat().st_size for n in JSON_FILES) / 1e6,
+            "uncompressed_mb": uncompressed / 1e6}
+
+
+def phase_prepare(folder: Path, params: dict) -> dict:
+    from xmcbench.data.prepared import prepare
+    from xmcbench.data.synth import make_synthetic_spec
+
+    spec = make_synthetic_spec("bench", **params)
+    out = folder / "prepared"
+    shutil.rmtree(out, ignore_errors=True)
+    start = time.perf_counter()
+    prepare(spec, folder / "raw", out, progress=False)
+    seconds = time.perf_counter() - start
+    size = sum(p.stat().st_size for p in out.iterdir())
+    return {"prepare_s": seconds, "prepare_peak_gb": _peak_gb(), "cache_mb": size / 1e6}
+
+
+def phase_load(folder: Path) -> dict:
+    from xmcbench.data.prepared import load_prepared
+
+    start = time.perf_counter()
+    ds = load_prepared(folder / "prepared")
+    labels = ds.labels("train")
+    opened = time.perf_counter() - start
+    # touch every page of the label matrix: per-label counts over all train positives
+    counts = labels.sum(axis=0)
+    touched = time.perf_counter() - start
+    texts = ds.query_texts("train")[:10_000]
+    decoded = time.perf_counter() - start
+    return {"load_s": opened, "load_and_touch_labels_s": touched, "load_touch_decode_10k_s": decoded,
+            "train_positives": int(labels.nnz), "avg_labels_per_query": labels.nnz / labels.shape[0],
+            "max_label_count": int(counts.max()), "decoded": len(texts),
+            "load_peak_gb": _peak_gb()}
+
+
+PHASES = {"generate": phase_generate, "decompress": phase_decompress, "prepare": phase_prepare, "load": phase_load}
+
+
+def _run_phase(name: str, args: argparse.Namespace) -> dict:
+    command = [sys.executable, __file__, "--dir", str(args.dir), "--scale", str(args.scale), "--seed", str(args.seed),
+               "--labels-per-query", str(args.labels_per_query), "--labels-per-topic", str(args.labels_per_topic),
+               "--phase", name]
+    if args.test is not None:
+        command += ["--test", str(args.test)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, required=True, help="folder for the synthetic raw files and cache")
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of LF-AmazonTitles-1.3M's size")
+    parser.add_argument("--test", type=int, default=None, help="test queries (default: 970,237 x scale)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--labels-per-query", type=float, default=42.0,
+                        help="mean labels drawn per query; 42 leaves ~22 after de-duplication, "
+                             "LF-AmazonTitles-1.3M's 22.20")
+    parser.add_argument("--labels-per-topic", type=int, default=400, help="labels per synthetic topic")
+    parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    params = _params(args)
+    args.dir.mkdir(parents=True, exist_ok=True)
+
+    if args.phase:  # child process: one phase, JSON on the last line
+        fn = PHASES[args.phase]
+        result = fn(args.dir, params) if args.phase in ("generate", "prepare") else fn(args.dir)
+        print(json.dumps(result))
+        return
+
+    results = {"params": params}
+    for name in ("generate", "decompress", "prepare", "load"):
+        results.update(_run_phase(name, args))
+        print(f"{name}: done", file=sys.stderr)
+    results["prepare_over_decompress"] = results["prepare_s"] / results["decompress_zlib_s"]
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""``xmcbench.data.load_dataset``: cache reuse, prepare from raw, synthetic regeneration, download."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from xmcbench import paths
+from xmcbench.data import load_dataset
+from xmcbench.errors import XmcbenchError
+
+
+def test_prepares_then_reuses(synth_dataset):
+    ds = load_dataset("SYNTH-TEST", progress=False)
+    assert ds.name == "synth-test" and ds.meta["counts"]["train"] == 1000 and ds.n_labels == 200
+    meta = paths.dataset_prepared_dir("synth-test") / "meta.json"
+    first = meta.stat().st_mtime_ns
+    assert load_dataset("synth-test", progress=False).meta == ds.meta
+    assert meta.stat().st_mtime_ns == first  # the cache was reused, not rebuilt
+
+
+def test_changed_raw_file_triggers_prepare(synth_dataset, synth_raw_dir):
+    load_dataset("synth-test", progress=False)
+    raw = paths.dataset_raw_dir("synth-test")
+    lines = (synth_raw_dir / "filter_labels_test.txt").read_text().splitlines()
+    (raw / "filter_labels_test.txt").write_text("\n".join(lines[:1]) + "\n")
+    ds = load_dataset("synth-test", progress=False)
+    assert ds.filter("test").nnz == 1
+
+
+def test_synthetic_raw_files_are_regenerated(synth_dataset, synth_raw_dir):
+    shutil.rmtree(paths.dataset_raw_dir("synth-test"))
+    ds = load_dataset("synth-test", progress=False)
+    assert ds.meta["counts"]["test"] == 250
+    raw = paths.dataset_raw_dir("synth-test")
+    assert (raw / "trn.json.gz").read_bytes() == (synth_raw_dir / "trn.json.gz").read_bytes()
+    assert (raw / "manifest.json").exists()
+
+
+def test_not_downloaded_says_how(monkeypatch):
+    with pytest.raises(XmcbenchError, match=r"not downloaded here; run `xmcbench datasets download LF-AmazonTitles-131K`"):
+        load_dataset("lf-amazontitles-131k", progress=False)
+
+
+def test_download_when_asked(monkeypatch, synth_raw_dir):
+    """download=True hands the spec and source to the downloader, then prepares what it fetched."""
+    calls = []
+
+    def fake_download(spec, source=None, progress=True):
+        calls.append((spec.name, source))
+        raw = paths.dataset_raw_dir(spec.raw_group)
+        raw.mkdir(parents=True)
+        for name in spec.files:
+            shutil.copyfile(synth_raw_dir / name, raw / name)
+        return raw
+
+    import xmcbench.data.download as download
+
+    monkeypatch.setattr(download, "download_dataset", fake_download)
+    ds = load_dataset("LF-AmazonTitles-131K", download=True, source="/some/mirror", progress=False)
+    assert calls == [("LF-AmazonTitles-131K", "/some/mirror")]
+    assert ds.name == "LF-AmazonTitles-131K" and ds.n_labels == 200 and ds.propensity_a == 0.6

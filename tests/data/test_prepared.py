@@ -1,0 +1,219 @@
+"""Prepared cache: equals the raw content, memory-mapped, atomic, invalidated by raw changes."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xmcbench.data import prepared as prepared_mod
+from xmcbench.data.jsonl import iter_records, write_lf_json
+from xmcbench.data.prepared import (
+    FORMAT_VERSION,
+    TextColumn,
+    compose_query_texts,
+    is_prepared_current,
+    load_prepared,
+    prepare,
+)
+from xmcbench.data.registry import LF_FILES, DatasetSpec, Source
+from xmcbench.errors import DataFormatError, XmcbenchError
+
+
+def _spec(query_text: str = "title", files=LF_FILES) -> DatasetSpec:
+    return DatasetSpec(
+        name="tiny", raw_group="tiny", format="lf-json", query_text=query_text, files=list(files),
+        sources=[Source(kind="local", ref="")], paper_counts={"train": 4, "test": 2, "labels": 5},
+        propensity_a=0.55, propensity_b=1.5,
+    )
+
+
+def _tiny_raw(raw: Path) -> Path:
+    """4 train / 2 test queries, 5 labels; duplicated and unsorted targets, empty texts, entities."""
+    raw.mkdir(parents=True, exist_ok=True)
+    write_lf_json(raw / "lbl.json.gz", [
+        {"uid": f"L{i}", "title": t, "content": f"about {t}"} for i, t in enumerate(["red", "green", "", "B&amp;W", "blue"])
+    ], escape_html=False)
+    write_lf_json(raw / "trn.json.gz", [
+        {"uid": "t0", "title": "red car", "content": "fast", "target_ind": [3, 0, 3]},
+        {"uid": "t1", "title": "", "content": "only content", "target_ind": []},
+        {"uid": "t2", "title": "green &#8217;tree", "content": "", "target_ind": [1]},
+        {"uid": "t3", "title": "sky", "content": "blue sky", "target_ind": [4, 1]},
+    ], escape_html=False)
+    write_lf_json(raw / "tst.json", [
+        {"uid": "s0", "title": "blue", "content": "x", "target_ind": [4]},
+        {"uid": "s1", "title": "red", "content": "y", "target_ind": [0, 4]},
+    ], compress=False, escape_html=False)
+    (raw / "filter_labels_train.txt").write_text("2 1\n")  # one line: never a 1-D array
+    (raw / "filter_labels_test.txt").write_text("")
+    return raw
+
+
+def test_cache_equals_raw_content(tmp_path):
+    raw = _tiny_raw(tmp_path / "raw")
+    out = prepare(_spec(), raw, tmp_path / "prepared", progress=False)
+    ds = load_prepared(out)
+    assert ds.n_labels == 5 and ds.meta["counts"]["train"] == 4 and ds.meta["counts"]["test"] == 2
+    assert ds.query_texts("train").to_list() == ["red car", "", "green \u2019tree", "sky"]
+    assert ds.label_texts().to_list() == ["red", "green", "", "B&W", "blue"]
+    assert ds.uids("test").to_list() == ["s0", "s1"] and ds.label_uids()[3] == "L3"
+    train = ds.labels("train")
+    assert train.dtype == np.float32 and train.has_sorted_indices
+    assert train.toarray().tolist() == [
+        [1, 0, 0, 1, 0], [0, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 1, 0, 0, 1],
+    ]
+    assert ds.meta["counts"]["duplicate_targets_dropped"] == {"train": 1, "test": 0}
+    assert ds.filter("train").toarray().nonzero() == ([2], [1])
+    assert ds.filter("test").shape == (2, 5) and ds.filter("test").nnz == 0
+    assert ds.propensity_a == 0.55 and ds.query_text == "title"
+    for name in ("trn.json.gz", "tst.json.gz", "lbl.json.gz"):
+        assert len(ds.meta["raw"][name]["sha256"]) == 64
+    assert ds.meta["raw"]["tst.json.gz"]["file"] == "tst.json"  # the plain twin was used
+    assert len(ds.version) == 16
+
+
+def test_cache_equals_raw_on_synthetic(tmp_path, synth_raw_dir, synth_params):
+    from xmcbench.data.synth import make_synthetic_spec
+
+    spec = make_synthetic_spec("synth-check", query_text="title+content", **synth_params)
+    ds = load_prepared(prepare(spec, synth_raw_dir, tmp_path / "p", progress=False))
+    for split, file in (("train", "trn.json.gz"), ("test", "tst.json.gz")):
+        records = list(iter_records(synth_raw_dir / file))
+        assert ds.query_texts(split).to_list() == compose_query_texts(
+            [r["title"] for r in records], [r["content"] for r in records], "title+content")
+        assert ds.uids(split).to_list() == [r["uid"] for r in records]
+        labels = ds.labels(split)
+        assert [labels.indices[labels.indptr[i]:labels.indptr[i + 1]].tolist() for i in range(labels.shape[0])] == [
+            sorted(set(r["target_ind"])) for r in records]
+    assert ds.label_texts().to_list() == [r["title"] for r in iter_records(synth_raw_dir / "lbl.json.gz", targets=False)]
+
+
+def test_title_plus_content():
+    assert compose_query_texts(["a", "", "c", ""], ["x", "y", "", ""], "title+content") == ["a x", "y", "c", ""]
+    assert compose_query_texts(["a"], ["x"], "title") == ["a"]
+
+
+def test_text_column_indexing(tmp_path):
+    writer = prepared_mod._ColumnWriter(tmp_path, "col")
+    writer.write(["α", "", "bc"])
+    writer.write(["d😀"])
+    assert writer.close().tolist() == [2, 0, 2, 5]
+    col = TextColumn.open(tmp_path, "col")
+    assert len(col) == 4 and col[0] == "α" and col[-1] == "d😀" and col[1] == ""
+    assert col[1:3] == ["", "bc"] and col[::2] == ["α", "bc"] and col[3:1] == []
+    assert col[np.array([3, 0])] == ["d😀", "α"] and col[[True, False, False, True]] == ["α", "d😀"]
+    assert list(col) == ["α", "", "bc", "d😀"]
+    with pytest.raises(IndexError):
+        col[4]
+    empty = prepared_mod._ColumnWriter(tmp_path, "empty")
+    empty.close()
+    assert TextColumn.open(tmp_path, "empty").to_list() == []
+
+
+def test_label_arrays_are_memory_mapped(tmp_path):
+    ds = load_prepared(prepare(_spec(), _tiny_raw(tmp_path / "raw"), tmp_path / "p", progress=False))
+    matrix = ds.labels("train")
+    base = matrix.indices
+    while getattr(base, "base", None) is not None and not isinstance(base, mmap.mmap):
+        base = base.base
+    assert isinstance(base, mmap.mmap)  # backed by the file, not a copy
+    assert not matrix.indices.flags.writeable  # a read-only map: changing it needs an explicit copy
+
+
+def test_interrupted_prepare_leaves_nothing_complete(tmp_path, monkeypatch):
+    raw = _tiny_raw(tmp_path / "raw")
+    out = tmp_path / "cache" / "prepared"
+    real = prepared_mod._write_split
+
+    def failing(spec, files, split, *args):
+        if split == "test":
+            raise KeyboardInterrupt  # e.g. Ctrl-C half-way
+        return real(spec, files, split, *args)
+
+    monkeypatch.setattr(prepared_mod, "_write_split", failing)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(_spec(), raw, out, progress=False)
+    assert list(out.parent.iterdir()) == []  # no cache, no temp folder
+    with pytest.raises(XmcbenchError, match="no prepared dataset"):
+        load_prepared(out)
+
+    monkeypatch.setattr(prepared_mod, "_write_split", real)
+    prepare(_spec(), raw, out, progress=False)
+    before = (out / "meta.json").read_bytes()
+    monkeypatch.setattr(prepared_mod, "_write_split", failing)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(_spec(), raw, out, progress=False)
+    assert (out / "meta.json").read_bytes() == before  # the older complete cache is untouched
+    assert sorted(p.name for p in out.parent.iterdir()) == ["prepared"]
+
+
+def test_bad_raw_file_aborts_cleanly(tmp_path):
+    raw = _tiny_raw(tmp_path / "raw")
+    (raw / "filter_labels_test.txt").write_text("0 9\n")
+    with pytest.raises(DataFormatError, match="filter_labels_test.txt:1"):
+        prepare(_spec(), raw, tmp_path / "p", progress=False)
+    assert not (tmp_path / "p").exists() and list(tmp_path.glob(".p.tmp-*")) == []
+    with pytest.raises(XmcbenchError, match="missing"):
+        prepare(_spec(), tmp_path / "nowhere", tmp_path / "p", progress=False)
+    with pytest.raises(XmcbenchError, match="does not apply"):
+        prepare(_spec(query_text="text"), raw, tmp_path / "p", progress=False)
+
+
+def test_currency_follows_raw_files_and_spec(tmp_path):
+    raw = _tiny_raw(tmp_path / "raw")
+    out = prepare(_spec(), raw, tmp_path / "p", progress=False)
+    assert is_prepared_current(_spec(), raw, out)
+    assert not is_prepared_current(_spec(query_text="title+content"), raw, out)  # spec changed
+    assert not is_prepared_current(_spec(), raw, tmp_path / "elsewhere")
+    # touching a file without a manifest entry counts as a change (mtime)
+    stat = (raw / "lbl.json.gz").stat()
+    os.utime(raw / "lbl.json.gz", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert not is_prepared_current(_spec(), raw, out)
+    out = prepare(_spec(), raw, out, progress=False)
+    assert is_prepared_current(_spec(), raw, out)
+    # with a manifest, the sha256 decides: a re-download of the same bytes keeps the cache
+    from xmcbench.data.download import record_manifest
+
+    record_manifest(raw, ["trn.json.gz", "tst.json", "lbl.json.gz", "filter_labels_train.txt",
+                          "filter_labels_test.txt"], "test")
+    os.utime(raw / "trn.json.gz")
+    assert is_prepared_current(_spec(), raw, out)
+    (raw / "filter_labels_train.txt").write_text("3 1\n")  # same size, other content
+    manifest = json.loads((raw / "manifest.json").read_text())
+    manifest["filter_labels_train.txt"]["sha256"] = "0" * 64
+    (raw / "manifest.json").write_text(json.dumps(manifest))
+    assert not is_prepared_current(_spec(), raw, out)
+    with pytest.raises(XmcbenchError, match="differs from the sha256"):
+        prepare(_spec(), raw, out, progress=False)
+    # raw files deleted to save space: the cache is used as it is
+    for path in raw.iterdir():
+        path.unlink()
+    assert is_prepared_current(_spec(), raw, out)
+
+
+def test_format_version_checked(tmp_path):
+    out = prepare(_spec(), _tiny_raw(tmp_path / "raw"), tmp_path / "p", progress=False)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["format_version"] = FORMAT_VERSION + 1
+    (out / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(XmcbenchError, match="prepare it again"):
+        load_prepared(out)
+    assert not is_prepared_current(_spec(), tmp_path / "raw", out)
+
+
+def test_unknown_split(tmp_path):
+    ds = load_prepared(prepare(_spec(), _tiny_raw(tmp_path / "raw"), tmp_path / "p", progress=False))
+    with pytest.raises(XmcbenchError, match="unknown split"):
+        ds.labels("val")
+
+
+def test_dataset_without_filter_files(tmp_path):
+    raw = _tiny_raw(tmp_path / "raw")
+    spec = _spec(files=["trn.json.gz", "tst.json.gz", "lbl.json.gz"])
+    ds = load_prepared(prepare(spec, raw, tmp_path / "p", progress=False))
+    assert ds.filter("train") is None and ds.filter("test") is None
+    assert ds.meta["filters"] == {"train": None, "test": None}

@@ -1,0 +1,448 @@
+"""Reader and writer of the XC repository's JSON-lines files (``trn.json.gz``, ``lbl.json.gz``, ...).
+
+One record per line: ``{"uid", "title", "content", "target_ind": [...], "target_rel": [...]}``;
+``target_ind`` indexes the lines of the label file. Files may be gzip-compressed or plain; which
+one is told by the gzip magic bytes, never by the file name.
+
+Texts in the raw files carry HTML entities (``&#8217;``). They are decoded here, exactly once, at
+read time (``html.unescape``), for queries and labels alike; nothing downstream decodes again. The
+writer escapes ``&``, ``<`` and ``>`` by default so that ``read(write(records)) == records``.
+
+The reader is built for 1M+-line files: a background thread reads and decompresses while the
+main thread parses; records are parsed with orjson when it is installed (else the standard json
+module) and handed out in column-wise chunks (``LFChunk``), so only one chunk of dicts is alive at
+a time. Malformed input raises ``DataFormatError`` naming the file, the line and the problem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import gzip
+import html
+import itertools
+import json
+import os
+import queue
+import tempfile
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from operator import itemgetter, methodcaller
+from pathlib import Path
+from typing import Iterable, Iterator, NoReturn
+
+import numpy as np
+
+from xmcbench.errors import DataFormatError
+
+try:  # orjson is several times faster than json on these files; json is the fallback.
+    import orjson
+
+    _loads = orjson.loads
+except ImportError:  # pragma: no cover - exercised only where orjson is missing
+    orjson = None
+    _loads = json.loads
+
+GZIP_MAGIC = b"\x1f\x8b"
+_READ_SIZE = 4 << 20  # compressed bytes per read in the reader thread
+_CHUNK_BYTES = 8 << 20  # decompressed bytes parsed per chunk
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def open_maybe_gzip(path: Path):
+    """A binary file object over the decompressed content of ``path`` (gzip detected by magic bytes)."""
+    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+
+
+def read_text_lines(path: Path) -> list[str]:
+    """A plain-text file (gzip or not) with one text per line, HTML-unescaped; line i is text i.
+
+    Only ``\n`` separates lines (a stray ``\r`` or Unicode line separator inside a text must not
+    shift the row alignment); a trailing ``\r`` is dropped; empty lines are empty texts.
+    Raises DataFormatError naming the line if the file is not valid UTF-8.
+    """
+    try:
+        with open_maybe_gzip(path) as f:
+            data = f.read()
+    except (OSError, EOFError, zlib.error) as exc:  # truncated or corrupt gzip
+        raise DataFormatError(path, None, f"cannot read the file ({exc}); download it again") from None
+    if not data:
+        return []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataFormatError(path, line, f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); re-save the file as UTF-8") from None
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return unescape_texts([line[:-1] if line.endswith("\r") else line for line in lines])
+
+
+def unescape_texts(texts: list[str]) -> list[str]:
+    """``html.unescape`` each text; the '&' test skips the call for the many texts without entities."""
+    return [html.unescape(t) if "&" in t else t for t in texts]
+
+
+class RawReader:
+    """Iterate the decompressed bytes of a (possibly gzipped) file in blocks.
+
+    Reading and zlib decompression run in a background thread (zlib releases the GIL),
+    overlapping with parsing in the caller. ``bytes_read`` counts the raw bytes read so far, out
+    of ``size`` (for progress bars).
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.size = self.path.stat().st_size
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        blocks: queue.Queue = queue.Queue(maxsize=4)
+        stop = threading.Event()
+        thread = threading.Thread(target=self._produce, args=(blocks, stop), daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = blocks.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            while thread.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    blocks.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+            thread.join()
+
+    def _produce(self, blocks: queue.Queue, stop: threading.Event) -> None:
+        def put(item) -> bool:
+            while not stop.is_set():
+                try:
+                    blocks.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(2)
+                f.seek(0)
+                gz = zlib.decompressobj(wbits=31) if head == GZIP_MAGIC else None
+                while True:
+                    raw = f.read(_READ_SIZE)
+                    if not raw:
+                        break
+                    self.bytes_read += len(raw)
+                    if gz is None:
+                        out = raw
+                    else:
+                        out = gz.decompress(raw)
+                        while gz.eof and gz.unused_data:  # concatenated gzip members
+                            rest = gz.unused_data
+                            gz = zlib.decompressobj(wbits=31)
+                            out += gz.decompress(rest)
+                    if out and not put(out):
+                        return
+                if gz is not None and not gz.eof:
+                    raise DataFormatError(
+                        self.path, None, "gzip data ends early (the file is truncated); download it again"
+                    )
+            put(None)
+        except zlib.error as exc:
+            put(DataFormatError(self.path, None, f"corrupt gzip data ({exc}); download the file again"))
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            put(exc)
+
+
+def iter_line_chunks(path: Path, reader: RawReader | None = None) -> Iterator[tuple[int, list[bytes]]]:
+    """Yield ``(line number of the first line, lines)`` over the file, a few MB of lines at a time.
+
+    Blank lines at the very end of the file are dropped. Any other blank line is yielded like a
+    record line, so that the parser reports it (it would shift every later record's index).
+    """
+    reader = reader if reader is not None else RawReader(path)
+    next_line = 1
+    rest = b""
+    pieces: list[bytes] = []
+    pending = 0
+    for block in reader:
+        pieces.append(block)
+        pending += len(block)
+        if pending < _CHUNK_BYTES:
+            continue
+        buffer = rest + b"".join(pieces)
+        pieces, pending = [], 0
+        cut = _end_of_last_record(buffer)
+        if cut < 0:
+            rest = buffer
+            continue
+        lines = buffer[:cut].split(b"\n")
+        rest = buffer[cut + 1 :]
+        yield next_line, lines
+        next_line += len(lines)
+    buffer = (rest + b"".join(pieces)).rstrip()
+    if buffer:
+        yield next_line, buffer.split(b"\n")
+
+
+def _end_of_last_record(buffer: bytes) -> int:
+    """Index of the newline ending the last complete non-blank line of ``buffer``, or -1.
+
+    Blank lines after it are held back: they may turn out to be the harmless end of the file.
+    """
+    end = buffer.rfind(b"\n")
+    if end < 0:
+        return -1
+    if end > 0 and not buffer[end - 1 : end].isspace():
+        return end
+    content_end = len(buffer[:end].rstrip())
+    return buffer.find(b"\n", content_end) if content_end else -1
+
+
+def _blank_line_error(path: Path, line: int) -> DataFormatError:
+    return DataFormatError(path, line, "empty line; every line must hold one JSON record (remove blank lines)")
+
+
+@dataclass
+class LFChunk:
+    """Consecutive records of an LF JSON-lines file, column-wise, texts already HTML-decoded."""
+
+    first_line: int  # 1-based line number of the first record
+    uids: list[str]
+    titles: list[str]
+    contents: list[str]
+    target_counts: np.ndarray | None  # (n,) int64 labels per record; None when targets are not read
+    target_indices: np.ndarray | None  # (sum of counts,) int64, record by record, as in the file
+
+    def __len__(self) -> int:
+        return len(self.titles)
+
+
+def read_lf_chunks(
+    path: Path,
+    *,
+    n_labels: int | None = None,
+    targets: bool = True,
+    reader: RawReader | None = None,
+) -> Iterator[LFChunk]:
+    """Stream an LF JSON-lines file as ``LFChunk``s.
+
+    ``targets=False`` reads a label file (``lbl.json.gz``), whose records need no ``target_ind``.
+    With ``n_labels`` every label index is checked to lie in ``[0, n_labels)``.
+    Raises DataFormatError (file, line, problem) on: invalid JSON, a record that is not an
+    object, a missing or non-string ``title``, a missing or non-list ``target_ind``, a label
+    index that is not an integer, negative, or ``>= n_labels``.
+    """
+    path = Path(path)
+    for first, lines in iter_line_chunks(path, reader):
+        with _gc_paused():
+            chunk = _columns(path, first, _parse_lines(path, first, lines), n_labels, targets)
+        yield chunk
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause the cyclic garbage collector while a chunk's dicts are built.
+
+    Millions of fresh containers trigger collection after collection (parsing is 2-3x slower
+    with it on); the records hold no reference cycles, so nothing is lost by pausing it.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse_lines(path: Path, first: int, lines: list[bytes]) -> list:
+    try:
+        return list(map(_loads, lines))
+    except ValueError:
+        pass
+    records = []
+    for offset, line in enumerate(lines):
+        if not line.strip():
+            raise _blank_line_error(path, first + offset)
+        try:
+            records.append(_loads(line))
+            continue
+        except ValueError as exc:
+            fast_error = exc
+        try:  # json accepts what orjson refuses on principle (lone surrogates); keep such records
+            records.append(json.loads(line))
+        except ValueError:
+            raise DataFormatError(path, first + offset, f"not valid JSON ({fast_error})") from None
+    return records
+
+
+def _columns(path: Path, first: int, records: list, n_labels: int | None, targets: bool) -> LFChunk:
+    try:  # map + itemgetter/methodcaller: C-level loops over the records
+        titles = list(map(itemgetter("title"), records))
+        contents = list(map(methodcaller("get", "content"), records))
+        uids = list(map(methodcaller("get", "uid"), records))
+        target_lists = list(map(itemgetter("target_ind"), records)) if targets else None
+    except (KeyError, TypeError, AttributeError):
+        _raise_record_error(path, first, records, n_labels, targets)
+    if not set(map(type, titles)) <= {str}:
+        _raise_record_error(path, first, records, n_labels, targets)
+    if not set(map(type, contents)) <= {str}:
+        if not set(map(type, contents)) <= {str, type(None)}:
+            _raise_record_error(path, first, records, n_labels, targets)
+        contents = ["" if c is None else c for c in contents]
+    if not set(map(type, uids)) <= {str}:
+        uids = ["" if u is None else u if isinstance(u, str) else str(u) for u in uids]
+    counts = indices = None
+    if target_lists is not None:
+        if not set(map(type, target_lists)) <= {list}:
+            _raise_record_error(path, first, records, n_labels, targets)
+        counts = np.fromiter(map(len, target_lists), dtype=np.int64, count=len(target_lists))
+        flat = list(itertools.chain.from_iterable(target_lists))
+        indices = np.array(flat) if flat else np.empty(0, dtype=np.int64)
+        if indices.dtype.kind not in "iu" or (
+            indices.size and (indices.min() < 0 or (n_labels is not None and indices.max() >= n_labels))
+        ):
+            _raise_record_error(path, first, records, n_labels, targets)
+        indices = indices.astype(np.int64, copy=False)
+    return LFChunk(first, uids, unescape_texts(titles), unescape_texts(contents), counts, indices)
+
+
+def _raise_record_error(path: Path, first: int, records: list, n_labels: int | None, targets: bool) -> NoReturn:
+    """Find the first bad record of a chunk and raise a DataFormatError naming its line."""
+    for offset, r in enumerate(records):
+        line = first + offset
+        if not isinstance(r, dict):
+            raise DataFormatError(path, line, f"expected a JSON object, got {type(r).__name__}")
+        if "title" not in r:
+            raise DataFormatError(path, line, "record has no 'title'")
+        if not isinstance(r["title"], str):
+            raise DataFormatError(path, line, f"'title' must be a string, got {type(r['title']).__name__}")
+        if r.get("content") is not None and not isinstance(r["content"], str):
+            raise DataFormatError(path, line, f"'content' must be a string, got {type(r['content']).__name__}")
+        if not targets:
+            continue
+        if "target_ind" not in r:
+            raise DataFormatError(path, line, "record has no 'target_ind' (the list of its label indices)")
+        ind = r["target_ind"]
+        if not isinstance(ind, list):
+            raise DataFormatError(path, line, f"'target_ind' must be a list of label indices, got {type(ind).__name__}")
+        for value in ind:
+            if type(value) is not int:
+                raise DataFormatError(path, line, f"label index {value!r} in 'target_ind' is not an integer")
+            if value < 0:
+                raise DataFormatError(path, line, f"negative label index {value} in 'target_ind'")
+            if n_labels is not None and value >= n_labels:
+                raise DataFormatError(
+                    path, line,
+                    f"label index {value} in 'target_ind' is out of range: the label file has {n_labels} labels "
+                    f"(valid indices 0..{n_labels - 1}); is this the label file of the same dataset?",
+                )
+    raise DataFormatError(path, first, "malformed records in this part of the file")  # pragma: no cover
+
+
+def iter_records(path: Path, *, targets: bool = True, n_labels: int | None = None) -> Iterator[dict]:
+    """Records one by one as dicts ``{uid, title, content[, target_ind]}`` (decoded texts).
+
+    Convenient for small files and tests; ``read_lf_chunks`` is the fast path for big ones.
+    """
+    for chunk in read_lf_chunks(path, n_labels=n_labels, targets=targets):
+        starts = None
+        if chunk.target_counts is not None:
+            starts = np.concatenate([[0], np.cumsum(chunk.target_counts)])
+        for i in range(len(chunk)):
+            record = {"uid": chunk.uids[i], "title": chunk.titles[i], "content": chunk.contents[i]}
+            if starts is not None:
+                record["target_ind"] = chunk.target_indices[starts[i] : starts[i + 1]].tolist()
+            yield record
+
+
+def write_lf_json(
+    path: Path,
+    records: Iterable[dict],
+    *,
+    compress: bool = True,
+    escape_html: bool = True,
+    compresslevel: int = 6,
+) -> Path:
+    """Write records as LF JSON lines (gzip unless ``compress=False``), atomically.
+
+    Each record needs ``title``; ``uid`` and ``content`` default to ""; ``target_ind`` is written
+    with ``target_rel`` of 1.0 each when present. ``escape_html`` escapes ``& < >`` so that the
+    reader's single decoding gives back the texts; pass False to write texts that already are in
+    the raw (entity-encoded) form. The gzip header carries no name and mtime 0, so equal records
+    give byte-identical files.
+    """
+    escape = (lambda t: html.escape(t, quote=False)) if escape_html else (lambda t: t)
+    return write_lines(path, (encode_record(r, escape) for r in records), compress=compress, compresslevel=compresslevel)
+
+
+def write_lines(path: Path, lines: Iterable[bytes], *, compress: bool = True, compresslevel: int = 6) -> Path:
+    """Write byte lines (each ending in a newline) to ``path`` atomically, gzip with mtime 0 if ``compress``.
+
+    Compression and writing run in a second thread (zlib releases the GIL), beside whatever
+    produces ``lines``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, ThreadPoolExecutor(max_workers=1) as writer:
+            out = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) if compress else raw
+            pending = None
+            for batch in _batches(lines):
+                if pending is not None:
+                    pending.result()  # one batch in flight: bounded memory, order kept
+                pending = writer.submit(out.write, batch)
+            if pending is not None:
+                pending.result()
+            if compress:
+                out.close()
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a data file is readable like any other
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _batches(lines: Iterable[bytes], size: int = 1 << 20) -> Iterator[bytes]:
+    """Join lines into ~1 MB blocks (GzipFile.write per short line is slow)."""
+    batch: list[bytes] = []
+    pending = 0
+    for line in lines:
+        batch.append(line)
+        pending += len(line)
+        if pending >= size:
+            yield b"".join(batch)
+            batch, pending = [], 0
+    if batch:
+        yield b"".join(batch)
+
+
+def encode_record(record: dict, escape=lambda t: t) -> bytes:
+    """One JSON line (with its newline) in the XC field order."""
+    out = {
+        "uid": str(record.get("uid", "")),
+        "title": escape(record["title"]),
+        "content": escape(record.get("content") or ""),
+    }
+    if "target_ind" in record:
+        ind = [int(i) for i in record["target_ind"]]
+        out["target_ind"] = ind
+        out["target_rel"] = [1.0] * len(ind)
+    if orjson is not None:
+        return orjson.dumps(out) + b"\n"
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"

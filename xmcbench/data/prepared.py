@@ -1,0 +1,519 @@
+"""The prepared cache: a dataset converted once from its raw files into memory-mappable arrays.
+
+``prepare(spec, raw_dir, out_dir)`` reads the raw files (streaming: at the 1.3M-label scale no
+more than one chunk of JSON records is in memory) and writes, into ``out_dir``::
+
+    meta.json                                   format version, spec, counts, stats, raw sha256s
+    {train,test}.labels.indptr.npy / .indices.npy   CSR label matrix (values implied 1.0)
+    {train,test}.filter.indptr.npy / .indices.npy   filter pairs (only when the dataset has them)
+    {train,test}.text.bin + .text.offsets.npy   query texts: utf-8 blob + int64 offsets
+    {train,test}.uid.bin + .uid.offsets.npy     query uids
+    labels.text.bin + .text.offsets.npy         label texts (titles / names)
+    labels.uid.bin + .uid.offsets.npy           label uids
+
+Everything is written into a hidden temp folder next to ``out_dir`` and renamed into place at the
+end, so an interrupted prepare leaves nothing that looks complete (and an older cache stays
+untouched until the new one is whole). ``meta.json`` records the sha256, size and mtime of every
+raw file; ``is_prepared_current`` compares them with the raw folder (and its download manifest),
+so a changed raw file invalidates the cache.
+
+``load_prepared(path)`` memory-maps the arrays (``np.load(mmap_mode="r")``): opening a cache of
+LF-AmazonTitles-1.3M's size takes milliseconds; texts are decoded only when asked for.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator, Literal
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmcbench import __version__
+from xmcbench.data.jsonl import RawReader, read_lf_chunks
+from xmcbench.data.registry import DatasetSpec, find_raw_file, raw_files
+from xmcbench.data.stats import dataset_stats
+from xmcbench.errors import XmcbenchError
+
+FORMAT_VERSION = 1
+META_NAME = "meta.json"
+SPLITS = ("train", "test")
+Split = Literal["train", "test"]
+
+# raw file of each split, per format (the label file and filter files are handled separately)
+_SPLIT_FILES = {
+    "lf-json": {"train": "trn.json.gz", "test": "tst.json.gz"},
+    "lf-wikipedia-raw": {"train": "trn.raw.json.gz", "test": "tst.raw.json.gz"},
+    "eurlex-raw": {"train": "train_raw_texts.txt", "test": "test_raw_texts.txt"},
+}
+_FILTER_FILES = {"train": "filter_labels_train.txt", "test": "filter_labels_test.txt"}
+_QUERY_TEXTS = {"lf-json": ("title", "title+content"), "lf-wikipedia-raw": ("title", "title+content"), "eurlex-raw": ("text",)}
+_REQUIRED_FILES = {
+    "lf-json": ("trn.json.gz", "tst.json.gz", "lbl.json.gz"),
+    "lf-wikipedia-raw": ("trn.raw.json.gz", "tst.raw.json.gz", "Yf.txt"),
+    "eurlex-raw": ("train_raw_texts.txt", "test_raw_texts.txt", "label_map.txt", "Y.trn.npz", "Y.tst.npz"),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# text columns
+
+
+class TextColumn:
+    """A column of strings stored as one utf-8 blob plus int64 offsets (``n + 1`` of them).
+
+    ``col[i]`` is a str; ``col[a:b]`` and ``col[index_array]`` are lists of str. Nothing is
+    decoded until asked for, so a memory-mapped column of millions of texts opens instantly.
+    """
+
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray):
+        self._blob = blob
+        self._offsets = offsets
+
+    @classmethod
+    def open(cls, folder: Path, prefix: str) -> "TextColumn":
+        blob_path = Path(folder) / f"{prefix}.bin"
+        offsets = np.load(Path(folder) / f"{prefix}.offsets.npy", mmap_mode="r")
+        if blob_path.stat().st_size == 0:  # np.memmap refuses empty files
+            blob = np.empty(0, dtype=np.uint8)
+        else:
+            blob = np.memmap(blob_path, dtype=np.uint8, mode="r")
+        return cls(blob, offsets)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def _decode(self, i: int) -> str:
+        return self._blob[self._offsets[i] : self._offsets[i + 1]].tobytes().decode("utf-8")
+
+    def __getitem__(self, key):
+        n = len(self)
+        if isinstance(key, (int, np.integer)):
+            i = int(key)
+            if i < -n or i >= n:
+                raise IndexError(f"index {i} out of range for a column of {n} texts")
+            return self._decode(i % n if i < 0 else i)
+        if isinstance(key, slice):
+            start, stop, step = key.indices(n)
+            if step != 1:
+                return [self._decode(i) for i in range(start, stop, step)]
+            if stop <= start:
+                return []
+            ends = np.asarray(self._offsets[start : stop + 1]) - int(self._offsets[start])
+            data = self._blob[self._offsets[start] : self._offsets[stop]].tobytes()
+            return [data[a:b].decode("utf-8") for a, b in zip(ends[:-1].tolist(), ends[1:].tolist())]
+        idx = np.asarray(key)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+        idx = np.where(idx < 0, idx + n, idx)
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise IndexError(f"index out of range for a column of {n} texts")
+        return [self._decode(int(i)) for i in idx.ravel()]
+
+    def __iter__(self) -> Iterator[str]:
+        step = 65536
+        for start in range(0, len(self), step):
+            yield from self[start : start + step]
+
+    def to_list(self) -> list[str]:
+        return self[:]
+
+    def byte_lengths(self) -> np.ndarray:
+        """utf-8 length of every text (0 for an empty text)."""
+        return np.diff(np.asarray(self._offsets))
+
+
+class _ColumnWriter:
+    """Appends texts to ``<prefix>.bin`` and writes ``<prefix>.offsets.npy`` on close."""
+
+    def __init__(self, folder: Path, prefix: str):
+        self._folder = Path(folder)
+        self._prefix = prefix
+        self._blob = open(self._folder / f"{prefix}.bin", "wb")
+        self._lengths: list[np.ndarray] = []
+
+    def write(self, texts: list[str]) -> None:
+        # "replace": a lone surrogate (accepted by the json fallback) becomes '?' instead of failing
+        encoded = [t.encode("utf-8", "replace") for t in texts]
+        self._lengths.append(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+        self._blob.write(b"".join(encoded))
+
+    def close(self) -> np.ndarray:
+        """Finish the column; returns the byte length of every text."""
+        self._blob.close()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, dtype=np.int64)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        np.save(self._folder / f"{self._prefix}.offsets.npy", offsets)
+        return lengths
+
+
+def _save_csr(folder: Path, prefix: str, matrix: sp.csr_matrix) -> None:
+    np.save(folder / f"{prefix}.indptr.npy", np.asarray(matrix.indptr, dtype=np.int64))
+    np.save(folder / f"{prefix}.indices.npy", np.asarray(matrix.indices, dtype=np.int32))
+
+
+def _load_csr(folder: Path, prefix: str, shape: tuple[int, int]) -> sp.csr_matrix:
+    indptr = np.load(folder / f"{prefix}.indptr.npy", mmap_mode="r")
+    indices = np.load(folder / f"{prefix}.indices.npy", mmap_mode="r")
+    matrix = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr), shape=shape, copy=False)
+    matrix.has_sorted_indices = True  # written sorted and de-duplicated by prepare
+    matrix.has_canonical_format = True
+    return matrix
+
+
+# --------------------------------------------------------------------------------------------
+# the prepared dataset
+
+
+class PreparedDataset:
+    """A prepared cache opened for reading (see the module docstring for the layout)."""
+
+    def __init__(self, path: Path, meta: dict):
+        self.path = Path(path)
+        self.meta = meta
+        self.spec = DatasetSpec.model_validate(meta["spec"])
+        self.name: str = meta["name"]
+        self.n_labels: int = int(meta["counts"]["labels"])
+        self.stats: dict = meta["stats"]
+
+    def __repr__(self) -> str:
+        c = self.meta["counts"]
+        return f"PreparedDataset({self.name!r}, train={c['train']}, test={c['test']}, labels={c['labels']})"
+
+    @property
+    def propensity_a(self) -> float:
+        return float(self.meta["propensity_a"])
+
+    @property
+    def propensity_b(self) -> float:
+        return float(self.meta["propensity_b"])
+
+    @property
+    def query_text(self) -> str:
+        return self.meta["query_text"]
+
+    @property
+    def version(self) -> str:
+        """Short fingerprint of the raw files this cache was prepared from (sha256 prefix)."""
+        return self.meta["dataset_version"]
+
+    def n_queries(self, split: Split) -> int:
+        return int(self.meta["counts"][_check_split(split)])
+
+    def query_texts(self, split: Split) -> TextColumn:
+        """Query texts: title, or title + content, as the spec's ``query_text`` says."""
+        return TextColumn.open(self.path, f"{_check_split(split)}.text")
+
+    def label_texts(self) -> TextColumn:
+        return TextColumn.open(self.path, "labels.text")
+
+    def uids(self, split: Split) -> TextColumn:
+        return TextColumn.open(self.path, f"{_check_split(split)}.uid")
+
+    def label_uids(self) -> TextColumn:
+        return TextColumn.open(self.path, "labels.uid")
+
+    def labels(self, split: Split) -> sp.csr_matrix:
+        """(n_split, n_labels) float32 CSR of 1.0 with sorted indices.
+
+        ``indices``/``indptr`` are read-only memory maps; ``.copy()`` before changing them in place.
+        """
+        split = _check_split(split)
+        return _load_csr(self.path, f"{split}.labels", (self.n_queries(split), self.n_labels))
+
+    def filter(self, split: Split) -> sp.csr_matrix | None:
+        """(n_split, n_labels) CSR of the split's filter pairs, or None when the dataset has none."""
+        split = _check_split(split)
+        if self.meta["filters"].get(split) is None:
+            return None
+        return _load_csr(self.path, f"{split}.filter", (self.n_queries(split), self.n_labels))
+
+
+def _check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise XmcbenchError(f"unknown split {split!r}; use 'train' or 'test'")
+    return split
+
+
+def load_prepared(path: Path) -> PreparedDataset:
+    """Open a prepared cache written by ``prepare`` (memory-mapped, nothing decoded)."""
+    path = Path(path)
+    meta = _read_meta(path)
+    if meta is None:
+        raise XmcbenchError(f"no prepared dataset at {path}; prepare it with `xmcbench datasets prepare NAME`")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise XmcbenchError(
+            f"the prepared dataset at {path} has format {meta.get('format_version')}, this xmcbench reads "
+            f"format {FORMAT_VERSION}; prepare it again (`xmcbench datasets prepare NAME --force`)"
+        )
+    return PreparedDataset(path, meta)
+
+
+def _read_meta(path: Path) -> dict | None:
+    try:
+        return json.loads((Path(path) / META_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# raw fingerprints and cache validity
+
+
+def _fingerprint(files: dict[str, Path], raw_dir: Path) -> dict[str, dict]:
+    """``{spec file name: {"file" (as found in raw_dir), "sha256", "size", "mtime_ns"}}``."""
+    from xmcbench.data.download import sha256_file
+
+    records = {}
+    for name, path in files.items():
+        st = path.stat()
+        records[name] = {"file": path.relative_to(raw_dir).as_posix(), "sha256": sha256_file(path),
+                         "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return records
+
+
+def _manifest(raw_dir: Path) -> dict[str, dict]:
+    """The download manifest (``{file: {"sha256", "size", ...}}``), or {} when absent or unreadable."""
+    from xmcbench.data.download import read_manifest
+
+    try:
+        return read_manifest(raw_dir)
+    except XmcbenchError:
+        return {}
+
+
+def is_prepared_current(spec: DatasetSpec, raw_dir: Path, prepared_dir: Path) -> bool:
+    """Whether ``prepared_dir`` holds a complete cache of ``spec`` made from the raw files now present.
+
+    A raw file counts as unchanged when its size matches and its sha256 in the download manifest
+    matches the one recorded at prepare time (or, without a manifest entry, its mtime matches).
+    When no raw file is present at all (deleted to save space), the cache is used as it is.
+    """
+    raw_dir = Path(raw_dir)
+    meta = _read_meta(Path(prepared_dir))
+    if meta is None or meta.get("format_version") != FORMAT_VERSION:
+        return False
+    if meta.get("spec") != spec.model_dump(mode="json"):
+        return False
+    found = {name: find_raw_file(raw_dir, name) for name in spec.files}
+    if not any(found.values()):
+        return True
+    manifest = _manifest(raw_dir)
+    for name, path in found.items():
+        recorded = meta["raw"].get(name)
+        if path is None or recorded is None:
+            return False
+        st = path.stat()
+        if st.st_size != recorded["size"]:
+            return False
+        entry = manifest.get(path.relative_to(raw_dir).as_posix())
+        if entry is not None:
+            if entry.get("sha256") != recorded["sha256"]:
+                return False
+        elif st.st_mtime_ns != recorded["mtime_ns"]:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# prepare
+
+
+def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = True) -> Path:
+    """Convert the raw files of ``spec`` in ``raw_dir`` into a prepared cache at ``out_dir``.
+
+    Replaces an existing cache only once the new one is complete. Raises DataFormatError for
+    malformed raw files and XmcbenchError for missing files or files that differ from the
+    download manifest.
+    """
+    started = time.perf_counter()
+    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    if spec.query_text not in _QUERY_TEXTS[spec.format]:
+        raise XmcbenchError(
+            f"dataset {spec.name}: query_text {spec.query_text!r} does not apply to format {spec.format!r} "
+            f"(use one of {', '.join(_QUERY_TEXTS[spec.format])})"
+        )
+    lacking = [name for name in _REQUIRED_FILES[spec.format] if name not in spec.files]
+    if lacking:
+        raise XmcbenchError(f"dataset {spec.name}: format {spec.format!r} needs {', '.join(lacking)} in the spec's files")
+    files = raw_files(spec, raw_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        # sha256 of the raw files runs on another core while the main thread parses them
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            hashing = pool.submit(_fingerprint, files, raw_dir)
+            label_lengths = _write_labels(spec, files, tmp, progress)
+            n_labels = len(label_lengths)
+            matrices, text_lengths, duplicates, filters = {}, {}, {}, {}
+            for split in SPLITS:
+                matrices[split], text_lengths[split], duplicates[split] = _write_split(
+                    spec, files, split, n_labels, tmp, progress
+                )
+                filters[split] = _write_filter(files, split, matrices[split].shape, tmp)
+            raw = hashing.result()
+        _check_against_manifest(spec, raw_dir, raw)
+        stats = dataset_stats(matrices["train"], matrices["test"], text_lengths["train"], text_lengths["test"],
+                              label_lengths)
+        fingerprint = hashlib.sha256(
+            json.dumps({name: r["sha256"] for name, r in sorted(raw.items())}).encode()
+        ).hexdigest()
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "name": spec.name,
+            "spec": spec.model_dump(mode="json"),
+            "query_text": spec.query_text,
+            "label_text": "name" if spec.format != "lf-json" else "title",
+            "propensity_a": spec.propensity_a,
+            "propensity_b": spec.propensity_b,
+            "counts": {
+                "train": matrices["train"].shape[0],
+                "test": matrices["test"].shape[0],
+                "labels": n_labels,
+                "train_positives": int(matrices["train"].nnz),
+                "test_positives": int(matrices["test"].nnz),
+                "duplicate_targets_dropped": duplicates,
+            },
+            "paper_counts": dict(spec.paper_counts),
+            "filters": {s: (_FILTER_FILES[s] if filters[s] is not None else None) for s in SPLITS},
+            "filter_pairs": {s: (filters[s] if filters[s] is not None else 0) for s in SPLITS},
+            "raw": raw,
+            "dataset_version": fingerprint[:16],
+            "stats": stats,
+            "prepared_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "prepare_seconds": round(time.perf_counter() - started, 3),
+            "xmcbench_version": __version__,
+        }
+        # meta.json last: a folder without it is never taken for a cache
+        (tmp / META_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700
+        _install(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _install(tmp: Path, out_dir: Path) -> None:
+    """Rename the finished temp folder to ``out_dir``, replacing an older cache."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_against_manifest(spec: DatasetSpec, raw_dir: Path, raw: dict[str, dict]) -> None:
+    manifest = _manifest(raw_dir)
+    for record in raw.values():
+        entry = manifest.get(record["file"])
+        if entry is not None and entry.get("sha256") != record["sha256"]:
+            raise XmcbenchError(
+                f"{raw_dir / record['file']} differs from the sha256 in {raw_dir / 'manifest.json'} (it changed "
+                f"after download); run `xmcbench datasets download {spec.name}` to fetch it again"
+            )
+
+
+def _json_chunks(path: Path, n_labels: int | None, targets: bool, what: str, progress: bool):
+    """``read_lf_chunks`` with a progress bar over the raw (compressed) bytes."""
+    from xmcbench.progress import task
+
+    reader = RawReader(path)
+    with task(f"{what} ({path.name}, MB)", total=round(reader.size / 1e6), enabled=progress) as advance:
+        done = 0
+        for chunk in read_lf_chunks(path, n_labels=n_labels, targets=targets, reader=reader):
+            yield chunk
+            now = round(reader.bytes_read / 1e6)
+            advance(now - done)
+            done = now
+
+
+def _write_labels(spec: DatasetSpec, files: dict[str, Path], tmp: Path, progress: bool) -> np.ndarray:
+    """Write the label text and uid columns; returns the byte length of every label text."""
+    texts, uids = _ColumnWriter(tmp, "labels.text"), _ColumnWriter(tmp, "labels.uid")
+    if spec.format == "lf-json":
+        for chunk in _json_chunks(files["lbl.json.gz"], None, False, f"{spec.name}: labels", progress):
+            texts.write(chunk.titles)
+            uids.write(chunk.uids)
+    elif spec.format == "lf-wikipedia-raw":
+        from xmcbench.data.wikipedia import read_yf
+
+        label_uids, names = read_yf(files["Yf.txt"])
+        texts.write(names)
+        uids.write(label_uids)
+    else:
+        from xmcbench.data.eurlex import read_label_map
+
+        names = read_label_map(files["label_map.txt"])
+        texts.write(names)
+        uids.write([""] * len(names))
+    uids.close()
+    return texts.close()
+
+
+def compose_query_texts(titles: list[str], contents: list[str], query_text: str) -> list[str]:
+    """The query text of each record: its title, or title and content joined by one space."""
+    if query_text == "title":
+        return titles
+    return [f"{t} {c}" if (t and c) else (t or c) for t, c in zip(titles, contents)]
+
+
+def _write_split(
+    spec: DatasetSpec, files: dict[str, Path], split: str, n_labels: int, tmp: Path, progress: bool
+) -> tuple[sp.csr_matrix, np.ndarray, int]:
+    """Write one split's texts, uids and label matrix; returns (labels, text byte lengths, duplicates)."""
+    texts, uids = _ColumnWriter(tmp, f"{split}.text"), _ColumnWriter(tmp, f"{split}.uid")
+    path = files[_SPLIT_FILES[spec.format][split]]
+    if spec.format == "eurlex-raw":
+        from xmcbench.data.eurlex import read_eurlex_split
+
+        y_file = {"train": "Y.trn.npz", "test": "Y.tst.npz"}[split]
+        docs, labels = read_eurlex_split(path, files[y_file], n_labels)
+        texts.write(docs)
+        uids.write([""] * len(docs))
+        indptr, indices = labels.indptr, labels.indices
+    else:
+        counts, index_chunks = [], []
+        for chunk in _json_chunks(path, n_labels, True, f"{spec.name}: {split}", progress):
+            texts.write(compose_query_texts(chunk.titles, chunk.contents, spec.query_text))
+            uids.write(chunk.uids)
+            counts.append(chunk.target_counts)
+            index_chunks.append(chunk.target_indices.astype(np.int32))
+        indptr = np.zeros(sum(len(c) for c in counts) + 1, dtype=np.int64)
+        if counts:
+            np.cumsum(np.concatenate(counts), out=indptr[1:])
+        indices = np.concatenate(index_chunks) if index_chunks else np.empty(0, dtype=np.int32)
+        del index_chunks
+    uids.close()
+    lengths = texts.close()
+    matrix = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr), shape=(len(indptr) - 1, n_labels))
+    before = matrix.nnz
+    if not matrix.has_canonical_format:  # sorts each row and merges repeated label indices
+        matrix.sum_duplicates()
+    _save_csr(tmp, f"{split}.labels", matrix)
+    return matrix, lengths, before - matrix.nnz
+
+
+def _write_filter(files: dict[str, Path], split: str, shape: tuple[int, int], tmp: Path) -> int | None:
+    """Write the split's filter matrix if the dataset has a filter file; returns its pair count."""
+    name = _FILTER_FILES[split]
+    if name not in files:
+        return None
+    from xmcbench.data.sparse import read_filter_file
+
+    matrix = sp.csr_matrix(read_filter_file(files[name], shape))
+    matrix.sort_indices()
+    _save_csr(tmp, f"{split}.filter", matrix)
+    return int(matrix.nnz)
