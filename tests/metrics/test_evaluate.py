@@ -1,0 +1,98 @@
+"""The public evaluate API: names, selection, percent scale, metadata, and no torch import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from xmcbench.errors import XmcbenchError
+from xmcbench.metrics import METRICS, components, evaluate, evaluate_with_ci, resolve_metrics
+
+
+def test_default_names_and_order(problem):
+    got = evaluate(problem.predictions, problem.truth, k=(5, 1, 3))
+    assert list(got) == ["P@1", "P@3", "P@5", "nDCG@1", "nDCG@3", "nDCG@5", "R@1", "R@3", "R@5"]
+    with_ps = evaluate(problem.predictions, problem.truth, k=(1, 3), inv_propensity=problem.inv_propensity)
+    assert list(with_ps) == [
+        "P@1", "P@3", "nDCG@1", "nDCG@3", "PSP@1", "PSP@3", "PSnDCG@1", "PSnDCG@3", "R@1", "R@3",
+    ]
+    assert all(0.0 <= v <= 100.0 for v in with_ps.values())
+    assert all(isinstance(v, float) for v in with_ps.values())
+
+
+def test_metric_selection(problem):
+    got = evaluate(problem.predictions, problem.truth, k=(1, 5), metrics=["p", "R@100", "ndcg@3"])
+    assert list(got) == ["P@1", "P@5", "nDCG@3", "R@100"]
+    full = evaluate(problem.predictions, problem.truth, k=(1, 3, 5, 100))
+    for name, value in got.items():
+        assert value == pytest.approx(full[name])
+    assert list(evaluate(problem.predictions, problem.truth, k=4, metrics="nDCG")) == ["nDCG@4"]
+
+
+def test_selection_errors():
+    with pytest.raises(XmcbenchError, match="did you mean"):
+        resolve_metrics(metrics=["nDGC"])
+    with pytest.raises(XmcbenchError, match="FAMILY@k"):
+        resolve_metrics(metrics=["P@x"])
+    with pytest.raises(XmcbenchError, match="positive"):
+        resolve_metrics(k=(0, 1))
+    with pytest.raises(XmcbenchError, match="PSnDCG need inverse propensities"):
+        resolve_metrics(metrics=["PSnDCG@5"])
+
+
+def test_percent_scale_and_perfect_predictions():
+    truth = sp.csr_matrix(np.array([[1, 0, 1, 0], [0, 1, 0, 0]], dtype=np.float32))
+    w = np.array([1.0, 2.0, 3.0, 4.0])
+    perfect = truth.multiply(w[None, :]).tocsr()  # true labels only, by descending weight
+    got = evaluate(perfect, truth, k=(1, 2), inv_propensity=w)
+    assert got == {
+        "P@1": 100.0, "P@2": 75.0, "nDCG@1": 100.0, "nDCG@2": 100.0, "PSP@1": 100.0, "PSP@2": 100.0,
+        "PSnDCG@1": 100.0, "PSnDCG@2": 100.0, "R@1": 75.0, "R@2": 100.0,
+    }
+
+
+def test_components_reproduce_evaluate(problem):
+    names, num, den = components(problem.predictions, problem.truth, k=(1, 5), inv_propensity=problem.inv_propensity)
+    assert num.shape == den.shape == (problem.truth.shape[0], len(names))
+    got = evaluate(problem.predictions, problem.truth, k=(1, 5), inv_propensity=problem.inv_propensity)
+    np.testing.assert_allclose(100 * num.sum(0) / den.sum(0), [got[n] for n in names])
+
+
+def test_with_ci_shape(problem):
+    got = evaluate_with_ci(problem.predictions, problem.truth, k=1, n_boot=50)
+    assert set(got) == {"P@1", "nDCG@1", "R@1"}
+    assert all(len(v) == 3 for v in got.values())
+
+
+def test_empty_inputs():
+    empty = sp.csr_matrix((0, 4), dtype=np.float32)
+    assert evaluate(empty, empty, k=1) == {"P@1": 0.0, "nDCG@1": 0.0, "R@1": 0.0}
+    no_preds = sp.csr_matrix((2, 4), dtype=np.float32)
+    truth = sp.csr_matrix(np.eye(2, 4, dtype=np.float32))
+    assert evaluate(no_preds, truth, k=(1, 5)) == dict.fromkeys(
+        ["P@1", "P@5", "nDCG@1", "nDCG@5", "R@1", "R@5"], 0.0
+    )
+
+
+def test_metadata():
+    assert METRICS.names() == ["P", "nDCG", "PSP", "PSnDCG", "R"]
+    for name, info in METRICS:
+        assert info.name == name and info.higher_is_better is True
+        assert info.needs_propensity == name.startswith("PS")
+        assert info.module.__doc__ and "components" in info.module.__doc__.lower()
+
+
+def test_import_does_not_pull_torch():
+    code = "import sys, xmcbench.metrics; assert 'torch' not in sys.modules, 'torch imported'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_with_ci_zero_replicates_skips_the_bootstrap(problem):
+    got = evaluate_with_ci(problem.predictions, problem.truth, k=(1, 3), n_boot=0)
+    point = evaluate(problem.predictions, problem.truth, k=(1, 3))
+    assert got == {name: (value, None, None) for name, value in point.items()}

@@ -1,0 +1,146 @@
+"""Exact top-k search: brute-force agreement (with ties), chunking, exclusions, faiss, GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from xmcbench.errors import XmcbenchError
+from xmcbench.metrics import top_k
+from xmcbench.search import exact_topk
+
+
+def _integer_embeddings(seed: int, n: int = 120, n_labels: int = 90, d: int = 6):
+    """Small-integer embeddings: inner products are exact in float32 and tie often."""
+    rng = np.random.default_rng(seed)
+    q = rng.integers(-2, 3, size=(n, d)).astype(np.float32)
+    keys = rng.integers(-2, 3, size=(n_labels, d)).astype(np.float32)
+    return q, keys
+
+
+def _brute(q, keys, k, exclude=None):
+    """(labels, scores) per row: a Python sort on (-score, label) of the exact scores."""
+    scores = q.astype(np.float64) @ keys.astype(np.float64).T
+    banned = None if exclude is None else exclude.toarray() > 0
+    out = []
+    for i, row in enumerate(scores):
+        cols = [j for j in range(row.size) if banned is None or not banned[i, j]]
+        cols.sort(key=lambda j: (-row[j], j))
+        out.append([(j, row[j]) for j in cols[:k]])
+    return out
+
+
+def _as_rows(csr):
+    return [
+        sorted(zip(csr.indices[csr.indptr[i] : csr.indptr[i + 1]].tolist(), csr.data[csr.indptr[i] : csr.indptr[i + 1]].tolist()))
+        for i in range(csr.shape[0])
+    ]
+
+
+@pytest.mark.parametrize(
+    "chunking",
+    [{}, {"chunk_size": 1}, {"chunk_size": 17}, {"label_chunk_size": 7}, {"chunk_size": 13, "label_chunk_size": 40}],
+)
+def test_matches_brute_force_with_exact_ties(chunking):
+    q, keys = _integer_embeddings(0)
+    got = exact_topk(q, keys, 8, device="cpu", **chunking)
+    assert got.shape == (120, 90) and got.has_canonical_format and got.dtype == np.float32
+    expected = _brute(q, keys, 8)
+    assert _as_rows(got) == [sorted(row) for row in expected]  # ties at the k-th place: lower labels
+    # Ranking the CSR with the metrics' convention gives back the brute-force order.
+    assert top_k(got, 8).tolist() == [[j for j, _ in row] for row in expected]
+
+
+def test_exclude_removes_pairs_before_top_k():
+    q, keys = _integer_embeddings(1, n=40, n_labels=30)
+    rng = np.random.default_rng(1)
+    exclude = sp.csr_matrix((rng.random((40, 30)) < 0.2).astype(np.float32))
+    for chunking in ({}, {"chunk_size": 3, "label_chunk_size": 11}):
+        got = exact_topk(q, keys, 5, device="cpu", exclude=exclude, **chunking)
+        assert _as_rows(got) == [sorted(r) for r in _brute(q, keys, 5, exclude)]
+        assert got.multiply(exclude).nnz == 0
+
+
+def test_k_larger_than_label_count_and_exclusions_leave_fewer():
+    q, keys = _integer_embeddings(2, n=5, n_labels=4)
+    got = exact_topk(q, keys, 10, device="cpu")
+    assert got.getnnz(axis=1).tolist() == [4] * 5
+    exclude = sp.csr_matrix(np.array([[1, 1, 1, 0]] + [[0, 0, 0, 0]] * 4, dtype=np.float32))
+    got = exact_topk(q, keys, 10, device="cpu", exclude=exclude)
+    assert got.getnnz(axis=1).tolist() == [1, 4, 4, 4, 4]
+    assert got[0].indices.tolist() == [3]
+
+
+def test_torch_tensors_in():
+    torch = pytest.importorskip("torch")
+    q, keys = _integer_embeddings(3, n=20, n_labels=15)
+    a = exact_topk(torch.from_numpy(q), torch.from_numpy(keys).double(), 4, device="cpu")
+    b = exact_topk(q, keys, 4, device="cpu")
+    assert (a != b).nnz == 0
+
+
+def test_faiss_backend_agrees():
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((64, 16)).astype(np.float32)  # continuous: no ties
+    keys = rng.standard_normal((500, 16)).astype(np.float32)
+    exclude = sp.csr_matrix((rng.random((64, 500)) < 0.05).astype(np.float32))
+    for ex in (None, exclude):
+        a = exact_topk(q, keys, 10, backend="torch", device="cpu", exclude=ex)
+        b = exact_topk(q, keys, 10, backend="faiss", exclude=ex, chunk_size=10)
+        np.testing.assert_array_equal(a.indptr, b.indptr)
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_allclose(a.data, b.data, rtol=1e-5, atol=1e-5)
+    c = exact_topk(q, keys, 1000, backend="faiss")  # k > L
+    assert c.getnnz(axis=1).tolist() == [500] * 64
+
+
+def test_faiss_integer_ties_are_sorted_by_label():
+    pytest.importorskip("faiss")
+    q, keys = _integer_embeddings(5, n=30, n_labels=25)
+    got = exact_topk(q, keys, 25, backend="faiss")  # k = L: every label returned, no boundary
+    expected = _brute(q, keys, 25)
+    assert top_k(got, 25).tolist() == [[j for j, _ in row] for row in expected]
+
+
+def test_bad_inputs():
+    q, keys = _integer_embeddings(6, n=3, n_labels=4)
+    with pytest.raises(XmcbenchError, match="dimension"):
+        exact_topk(q, keys[:, :3], 2)
+    with pytest.raises(XmcbenchError, match="positive"):
+        exact_topk(q, keys, 0)
+    with pytest.raises(XmcbenchError, match="backend"):
+        exact_topk(q, keys, 2, backend="annoy")
+    with pytest.raises(XmcbenchError, match="exclude has shape"):
+        exact_topk(q, keys, 2, exclude=sp.csr_matrix((3, 5)))
+    bad = q.copy()
+    bad[1, 0] = np.nan
+    with pytest.raises(XmcbenchError, match="NaN"):
+        exact_topk(bad, keys, 2, device="cpu")
+    with pytest.raises(XmcbenchError, match="2-D"):
+        exact_topk(q[0], keys, 2)
+
+
+def test_unavailable_cuda_is_a_clear_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    q, keys = _integer_embeddings(7, n=3, n_labels=4)
+    with pytest.raises(XmcbenchError, match="CUDA is not available"):
+        exact_topk(q, keys, 2, device="cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_matches_cpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    q, keys = _integer_embeddings(8, n=500, n_labels=3000, d=8)
+    exclude = sp.csr_matrix((np.random.default_rng(8).random((500, 3000)) < 0.01).astype(np.float32))
+    cpu = exact_topk(q, keys, 20, device="cpu", exclude=exclude)
+    for chunking in ({}, {"chunk_size": 64, "label_chunk_size": 700}):
+        gpu = exact_topk(q, keys, 20, device="cuda", exclude=exclude, **chunking)
+        assert (cpu != gpu).nnz == 0  # integer embeddings: exact scores, ties resolved identically
+    default = exact_topk(q, keys, 20, exclude=exclude)  # device=None picks CUDA
+    assert (cpu != default).nnz == 0

@@ -1,0 +1,147 @@
+"""``xmcbench evaluate``: score a predictions file against ground truth (P, nDCG, PSP, PSnDCG, R @k).
+
+A thin layer over :func:`xmcbench.metrics.evaluate`: it loads the files (sparse text or .npz CSR;
+filter files in the "doc_index label_index" pair format), or a prepared dataset's test labels,
+filter pairs, training labels and propensity A/B with ``--dataset``, and prints the scores.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich import box
+from rich.table import Table
+
+from xmcbench.cli._common import console, handle_errors, parse_int_list
+from xmcbench.errors import XmcbenchError
+
+DEFAULT_A, DEFAULT_B = 0.55, 1.5  # Jain et al.'s defaults, used with --train-truth when --A/--B are not given
+
+
+class Format(str, Enum):
+    rich = "rich"
+    json = "json"
+    markdown = "markdown"
+
+
+@handle_errors
+def evaluate(
+    predictions: Annotated[Path, typer.Option(
+        "--predictions", "-p", help="Predicted scores, (queries x labels): sparse text (XC format, may be .gz) or "
+        ".npz (scipy.sparse.save_npz). Every stored entry is a prediction.")],
+    truth: Annotated[Optional[Path], typer.Option(
+        "--truth", "-t", help="Ground truth (queries x labels), sparse text or .npz; stored non-zeros are relevant.")] = None,
+    train_truth: Annotated[Optional[Path], typer.Option(
+        "--train-truth", help="Training labels, for the inverse propensities of PSP/PSnDCG (A/B default "
+        f"{DEFAULT_A}/{DEFAULT_B} unless --A/--B are given).")] = None,
+    a: Annotated[Optional[float], typer.Option("--A", help="Propensity A (0.55 generic, 0.6 Amazon, 0.5 Wikipedia-500K).")] = None,
+    b: Annotated[Optional[float], typer.Option("--B", help="Propensity B (1.5 generic, 2.6 Amazon, 0.4 Wikipedia-500K).")] = None,
+    filter: Annotated[Optional[Path], typer.Option(
+        "--filter", help="Filter file: 'doc_index label_index' pairs removed from the predictions before top-k.")] = None,
+    k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.")] = "1,3,5",
+    fmt: Annotated[Format, typer.Option(
+        "--format", help="rich: a table with two decimals; json: one JSON object metric -> value (4 decimals; "
+        "\\[value, lo, hi] with --ci); markdown: a table.")] = Format.rich,
+    dataset: Annotated[Optional[str], typer.Option(
+        "--dataset", help="Use this prepared dataset's test labels, filter pairs, training labels and propensity A/B "
+        "instead of --truth/--train-truth/--filter.")] = None,
+    ci: Annotated[bool, typer.Option("--ci", help="Add 95% bootstrap intervals over queries.")] = False,
+    n_boot: Annotated[int, typer.Option("--n-boot", min=1, help="Bootstrap replicates for --ci.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap for --ci.")] = 0,
+) -> None:
+    """Score predictions against ground truth: P@k, nDCG@k, R@k, and PSP@k / PSnDCG@k when training
+    labels (or --dataset) give inverse propensities. Values are percentages.
+
+    Ties in scores go to the lower label index; filter pairs are removed from the predictions
+    before top-k; rows with fewer than k predictions count the missing slots as misses.
+    """
+    from xmcbench.data.sparse import load_sparse, read_filter_file
+    from xmcbench.metrics import evaluate as evaluate_scores
+    from xmcbench.metrics import evaluate_with_ci, inv_propensity
+
+    ks = parse_int_list(k, "k")
+    pred = load_sparse(predictions)
+    title = predictions.name
+    if dataset is not None:
+        given = [name for name, value in (("--truth", truth), ("--train-truth", train_truth), ("--filter", filter)) if value]
+        if given:
+            raise XmcbenchError(f"--dataset replaces {', '.join(given)}; give one or the other")
+        from xmcbench.data import load_dataset
+
+        ds = load_dataset(dataset, progress=False)
+        true_labels, filter_pairs, train_labels = ds.labels("test"), ds.filter("test"), ds.labels("train")
+        a = ds.propensity_a if a is None else a
+        b = ds.propensity_b if b is None else b
+        title = f"{predictions.name} on {ds.name} test"
+    else:
+        if truth is None:
+            raise XmcbenchError("give the ground truth with --truth FILE, or a prepared dataset with --dataset NAME")
+        true_labels = load_sparse(truth)
+        filter_pairs = None if filter is None else read_filter_file(filter, shape=true_labels.shape)
+        if train_truth is None and (a is not None or b is not None):
+            raise XmcbenchError("--A/--B need training labels (--train-truth FILE) to compute propensities")
+        train_labels = None if train_truth is None else load_sparse(train_truth)
+        a = DEFAULT_A if a is None else a
+        b = DEFAULT_B if b is None else b
+    if pred.shape != true_labels.shape:
+        raise XmcbenchError(
+            f"{predictions} has shape {pred.shape} but the ground truth has shape {true_labels.shape}; "
+            "predictions need one row per test query and one column per label"
+        )
+    weights = None
+    if train_labels is not None:
+        if train_labels.shape[1] != true_labels.shape[1]:
+            raise XmcbenchError(
+                f"training labels have {train_labels.shape[1]} columns but the ground truth has "
+                f"{true_labels.shape[1]}; both must use the same label set"
+            )
+        weights = inv_propensity(train_labels, a, b)
+
+    if ci:
+        scores = evaluate_with_ci(pred, true_labels, ks, weights, filter_pairs, n_boot=n_boot, seed=seed)
+    else:
+        scores = {name: (value,) for name, value in evaluate_scores(pred, true_labels, ks, weights, filter_pairs).items()}
+
+    if fmt == Format.json:
+        typer.echo(json.dumps({n: round(v[0], 4) if len(v) == 1 else [round(x, 4) for x in v] for n, v in scores.items()}))
+        return
+    note = f"{true_labels.shape[0]:,} queries, {true_labels.shape[1]:,} labels"
+    if weights is not None:
+        note += f", propensity A={a:g} B={b:g}"
+    if filter_pairs is not None:
+        note += f", {filter_pairs.nnz:,} filter pairs"
+    families, cells = _grid(scores, ks)
+    if fmt == Format.markdown:
+        typer.echo(f"**{title}** ({note})\n")
+        typer.echo("| metric | " + " | ".join(f"@{x}" for x in ks) + " |")
+        typer.echo("|---|" + "---:|" * len(ks))
+        for family in families:
+            typer.echo(f"| {family} | " + " | ".join(cells[family]) + " |")
+        return
+    table = Table(title=f"{title} ({note})", box=box.SIMPLE_HEAD)
+    table.add_column("metric")
+    for x in ks:
+        table.add_column(f"@{x}", justify="right")
+    for family in families:
+        table.add_row(family, *cells[family])
+    console.print(table)
+
+
+def _grid(scores: dict[str, tuple[float, ...]], ks: tuple[int, ...]) -> tuple[list[str], dict[str, list[str]]]:
+    """Families in order, and per family one cell per k: "43.21" or "43.21 [42.80, 43.62]"."""
+    families: list[str] = []
+    for name in scores:
+        family = name.split("@")[0]
+        if family not in families:
+            families.append(family)
+
+    def cell(value: tuple[float, ...] | None) -> str:
+        if value is None:
+            return ""
+        return f"{value[0]:.2f}" if len(value) == 1 else f"{value[0]:.2f} [{value[1]:.2f}, {value[2]:.2f}]"
+
+    return families, {f: [cell(scores.get(f"{f}@{x}")) for x in ks] for f in families}

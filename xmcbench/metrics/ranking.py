@@ -1,0 +1,509 @@
+"""From a score matrix to rankings: filtering, top-k, and where each true label lands.
+
+Every metric in this package is a function of *which true labels appear at which rank* in each
+row's ranking. This module computes that once, vectorised, and hands the metrics a
+:class:`RankedTruth` (the true pairs found in the top ``k_max``, with their ranks, plus the
+ground truth itself), from which each metric module builds its per-row numerators and
+denominators.
+
+Conventions (shared by every metric, pyxclib/napkinXC-compatible):
+
+* **Predictions** are a CSR matrix (n, L) of scores. Every *stored* entry is a prediction, whatever
+  its value (0 and negative scores included: inner products can be negative); absent entries are
+  not predicted. A dense (n, L) array means every label is scored. NaN scores are an error; a
+  label scored twice in one row is an error.
+* **Ranking** is by score, descending; **ties are broken by the lower label index** (a stable,
+  documented rule, not an accident of a sort). ``-0.0`` and ``0.0`` tie. float32 scores are
+  compared exactly; float64 scores too (a slower path is taken when float32 would merge them).
+* **Filter** pairs (the LF datasets' reciprocal/self pairs) are removed from the predictions
+  *before* top-k, so the next prediction moves up. They are never removed from the ground truth.
+* **Rows with fewer than k predictions** simply have fewer ranked labels: the missing slots are
+  misses (the metric's denominator does not shrink).
+* **Ground truth is binarised**: every stored non-zero entry is a relevant label; explicit zeros
+  are dropped; repeated entries count once.
+
+How it is fast: rows are processed in chunks laid out as a dense (rows, longest row) block of
+int64 keys ``order(score) << 32 | position << 1 | is_true``. ``order`` is a monotone integer
+image of ``-score``; ``position`` is the entry's place in its CSR row (rows are kept sorted by
+label, so a lower position is a lower label: the tie-break is built into the key); ``is_true``
+marks predictions that are true labels, found beforehand by a vectorised binary search of every
+true pair inside its row. One ``np.partition``/``np.sort`` per chunk ranks every row at once,
+and the low bit of the sorted keys says where the hits are. When all rows have the same number
+of predictions (the usual top-k output) the block is a reshape, not a copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmcbench.errors import XmcbenchError
+
+__all__ = ["RankedTruth", "as_predictions", "as_truth", "discounts", "find_in_rows", "rank_truth", "top_k"]
+
+_PAD = np.int64(np.iinfo(np.int64).max - 1)  # key of an empty or filtered slot: sorts last, low bit 0
+_LOW31 = np.int64(0x7FFFFFFF)
+_LOW32 = np.int64(0xFFFFFFFF)
+_HIGH, _LOW = (1, 0) if np.little_endian else (0, 1)  # int32 halves of an int64, by memory order
+_CHUNK_ENTRIES = 1 << 23  # dense slots per chunk: 8M int64 keys = 64 MB
+
+
+# ---------------------------------------------------------------------------------------------
+# input normalisation
+
+
+def as_predictions(predictions, name: str = "predictions") -> sp.csr_matrix:
+    """Predictions as a canonical float CSR (sorted labels, no repeats); dense arrays keep every entry."""
+    if isinstance(predictions, np.ndarray):
+        if predictions.ndim != 2:
+            raise XmcbenchError(f"{name} must be a 2-D (queries x labels) score matrix; got shape {predictions.shape}")
+        n, n_labels = predictions.shape
+        # Every cell of a dense matrix is a score, zeros included: build the CSR by hand.
+        matrix = sp.csr_matrix(
+            (
+                predictions.ravel(),
+                np.tile(np.arange(n_labels, dtype=np.int64), n),
+                np.arange(n + 1, dtype=np.int64) * n_labels,
+            ),
+            shape=(n, n_labels),
+        )
+    elif sp.issparse(predictions):
+        matrix = sp.csr_matrix(predictions)
+    else:
+        raise XmcbenchError(f"{name} must be a scipy.sparse matrix or a 2-D numpy array; got {type(predictions).__name__}")
+    if not np.issubdtype(matrix.dtype, np.floating):
+        matrix = matrix.astype(np.float64)
+    if matrix.nnz and np.isnan(matrix.data.min()):  # a NaN propagates through min: one pass, no temporary
+        row = int(np.searchsorted(matrix.indptr, np.flatnonzero(np.isnan(matrix.data))[0], side="right") - 1)
+        raise XmcbenchError(f"{name} contain NaN scores (first in row {row}); fix the model output before evaluating")
+    if not matrix.has_canonical_format:
+        matrix = matrix.copy()
+        matrix.sort_indices()
+        rows = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+        dup = np.flatnonzero((rows[1:] == rows[:-1]) & (matrix.indices[1:] == matrix.indices[:-1]))
+        if dup.size:
+            raise XmcbenchError(
+                f"{name} score label {matrix.indices[dup[0]]} twice in row {rows[dup[0]]}; "
+                "keep one score per (query, label)"
+            )
+        matrix.has_canonical_format = True
+    return matrix
+
+
+def as_truth(truth, name: str = "truth") -> sp.csr_matrix:
+    """Ground truth as a canonical binary CSR: stored non-zeros are relevant, repeats count once."""
+    if isinstance(truth, np.ndarray):
+        if truth.ndim != 2:
+            raise XmcbenchError(f"{name} must be a 2-D (queries x labels) matrix; got shape {truth.shape}")
+        matrix = sp.csr_matrix(truth)
+    elif sp.issparse(truth):
+        matrix = sp.csr_matrix(truth)
+    else:
+        raise XmcbenchError(f"{name} must be a scipy.sparse matrix or a 2-D numpy array; got {type(truth).__name__}")
+    if not matrix.has_canonical_format or (matrix.nnz and not np.all(matrix.data != 0)):
+        matrix = matrix.copy()
+        matrix.data = (matrix.data != 0).astype(np.float32)  # binarise first: weights never cancel out
+        matrix.sum_duplicates()  # a repeated entry is one label
+        matrix.eliminate_zeros()
+        matrix.data[:] = 1.0
+    return matrix
+
+
+# ---------------------------------------------------------------------------------------------
+# chunked dense keys
+
+
+def _descending_order(scores: np.ndarray) -> np.ndarray:
+    """New int32 array whose ascending order is the descending order of ``scores`` (ties stay ties)."""
+    as32 = scores.astype(np.float32, copy=False)
+    if scores.dtype.itemsize <= 4 or np.array_equal(as32.astype(scores.dtype), scores):
+        order = np.negative(as32)
+        order += np.float32(0.0)  # turns -0.0 into 0.0 so that they tie
+        order = order.view(np.int32)
+        # IEEE-754 floats order like sign-magnitude integers: flip the magnitude bits of negatives.
+        flip = order >> 31
+        flip &= 0x7FFFFFFF
+        order ^= flip
+        return order
+    # float64 scores that float32 would merge: use their exact dense rank instead (slower, exact).
+    return np.unique(-scores, return_inverse=True)[1].astype(np.int32).ravel()
+
+
+def _chunks(lengths: np.ndarray, budget: int):
+    """Consecutive row ranges [start, end) whose (rows x longest row) stays within ``budget``."""
+    n = lengths.size
+    mean = max(1, int(lengths.mean())) if n else 1
+    start = 0
+    while start < n:
+        window = np.maximum(lengths[start : start + min(n - start, 4 * max(1, budget // mean))], 1)
+        cost = np.maximum.accumulate(window) * np.arange(1, window.size + 1)
+        count = max(1, int(np.searchsorted(cost, budget, side="right")))
+        yield start, start + count
+        start += count
+
+
+# ---------------------------------------------------------------------------------------------
+# ranking machinery
+
+
+def find_in_rows(matrix: sp.csr_matrix, rows: np.ndarray, labels: np.ndarray, block: int = 1 << 16) -> np.ndarray:
+    """Entry index of each (row, label) among ``matrix``'s stored entries, or -1 where absent.
+
+    A branchless binary search inside each row, all pairs at once (rows must have sorted
+    indices): ceil(log2(longest row)) vectorised steps, with no (row * L + label) key array over
+    all entries. Pairs go ``block`` at a time so that the rows they probe stay in the CPU cache
+    from one step to the next.
+    """
+    indptr, indices = matrix.indptr, matrix.indices
+    rows = np.asarray(rows, dtype=np.int64)
+    labels = np.asarray(labels)
+    out = np.full(rows.size, -1, dtype=np.int64)
+    if indices.size == 0 or rows.size == 0:
+        return out
+    last = indices.size - 1
+    for start in range(0, rows.size, block):
+        r, x = rows[start : start + block], labels[start : start + block]
+        base = indptr[r].astype(np.int64)  # invariant: the answer, if any, is in [base, base + length)
+        length = (indptr[r + 1] - indptr[r]).astype(np.int32)
+        for _ in range(int(length.max()).bit_length()):
+            half = length >> 1
+            probe = base + half
+            # Move right when the probed label is <= the wanted one; lanes with length <= 1 stay put.
+            base = np.where(indices[np.minimum(probe, last)] <= x, probe, base)
+            length -= half
+        found = (length > 0) & (indices[np.minimum(base, last)] == x)
+        out[start : start + block] = np.where(found, base, -1)
+    return out
+
+
+@dataclass
+class _Chunk:
+    start: int  # first row
+    end: int  # one past the last row
+    sorted_keys: np.ndarray  # (rows, min(k, width)) int64 keys of each row's top k, best first
+
+
+def _ranked_chunks(
+    predictions: sp.csr_matrix, k: int, true_entries: np.ndarray | None, removed_entries: np.ndarray | None, budget: int
+):
+    """Yield each chunk's top-k keys. ``true_entries`` / ``removed_entries`` are sorted CSR entry indices."""
+    lengths = np.diff(predictions.indptr)
+    for start, end in _chunks(lengths, budget):
+        first, last = int(predictions.indptr[start]), int(predictions.indptr[end])
+        rows, size = end - start, last - first
+        counts = lengths[start:end]
+        width = int(counts.max()) if rows else 0
+
+        # 1. Keys: order(score) << 32 | position << 1 | is_true, laid out as (rows, width). The
+        #    two 32-bit halves are written directly (no 64-bit shifts); the low half is unsigned,
+        #    so the int64 compares as (order, position, is_true).
+        order = _descending_order(predictions.data[first:last])
+        uniform = width > 0 and counts.min() == width  # all rows equally long: the usual top-k output
+        if uniform:
+            block = np.empty((rows, width), dtype=np.int64)
+            halves = block.view(np.int32).reshape(rows, width, 2)
+            halves[:, :, _HIGH] = order.reshape(rows, width)
+            halves[:, :, _LOW] = np.arange(width, dtype=np.int32) << 1
+            flat = block.ravel()
+        else:
+            flat = np.zeros(size, dtype=np.int64)
+            flat.view(np.int32).reshape(size, 2)[:, _HIGH] = order
+        if true_entries is not None:
+            lo, hi = np.searchsorted(true_entries, [first, last])
+            flat[true_entries[lo:hi] - first] |= 1
+        if not uniform:
+            block = np.empty((rows, max(width, 1)), dtype=np.int64)
+            filled = np.arange(block.shape[1]) < counts[:, None]  # (rows, width), CSR order row-major
+            block[filled] = flat
+            block |= np.arange(block.shape[1], dtype=np.int64) << 1
+            block[~filled] = _PAD
+        if removed_entries is not None:
+            lo, hi = np.searchsorted(removed_entries, [first, last])
+            gone = removed_entries[lo:hi] - first
+            row_first = predictions.indptr[start:end].astype(np.int64) - first
+            gone_row = np.searchsorted(row_first, gone, side="right") - 1
+            block[gone_row, gone - row_first[gone_row]] = _PAD
+
+        # 2. Rank every row at once: partition off the top k, sort only those.
+        take = min(k, block.shape[1])
+        if take < block.shape[1]:
+            block = np.partition(block, take - 1, axis=1)[:, :take]
+        yield _Chunk(start, end, np.sort(block, axis=1))
+
+
+def _hit_slots(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, column) of the keys whose low bit (is_true) is set, row-major."""
+    if np.little_endian and keys.flags.c_contiguous:
+        low = keys.view(np.uint8)[:, ::8] & 1  # the lowest byte only: 8x less memory traffic
+    else:
+        low = (keys & 1).astype(np.uint8)
+    return np.divmod(np.flatnonzero(low.view(bool)), keys.shape[1])
+
+
+def _positions(keys: np.ndarray) -> np.ndarray:
+    """Position-in-row encoded in keys (meaningless for padding)."""
+    return (keys >> 1) & _LOW31
+
+
+def _check_shapes(predictions: sp.csr_matrix, truth: sp.csr_matrix | None, filter) -> sp.csr_matrix | None:
+    if truth is not None and predictions.shape != truth.shape:
+        raise XmcbenchError(
+            f"predictions have shape {predictions.shape} but the ground truth has shape {truth.shape}; "
+            "they must have one row per test query and one column per label, in the same order"
+        )
+    if filter is None:
+        return None
+    f = as_truth(filter, name="filter")
+    if f.shape != predictions.shape:
+        raise XmcbenchError(
+            f"the filter has shape {f.shape} but predictions have shape {predictions.shape}; "
+            "use the filter file of the same split (test) and label set"
+        )
+    return f
+
+
+# ---------------------------------------------------------------------------------------------
+# public API
+
+
+def _prepare(predictions, truth, filter):
+    predictions = as_predictions(predictions)
+    truth = None if truth is None else as_truth(truth)
+    filter = _check_shapes(predictions, truth, filter)
+    removed = None
+    if filter is not None and filter.nnz:
+        f_rows = np.repeat(np.arange(filter.shape[0], dtype=np.int64), np.diff(filter.indptr))
+        entries = find_in_rows(predictions, f_rows, filter.indices)
+        removed = np.sort(entries[entries >= 0])
+    return predictions, truth, removed
+
+
+def top_k(predictions, k: int, *, filter=None, chunk_entries: int = _CHUNK_ENTRIES) -> np.ndarray:
+    """Each row's top-k labels as an (n, k) int64 array, best first, padded with -1.
+
+    Filter pairs are removed first; ties go to the lower label index; rows with fewer than k
+    (remaining) predictions are padded with -1.
+    """
+    if k < 1:
+        raise XmcbenchError(f"k must be a positive integer; got {k}")
+    predictions, _, removed = _prepare(predictions, None, filter)
+    out = np.full((predictions.shape[0], k), -1, dtype=np.int64)
+    row_first = predictions.indptr.astype(np.int64)
+    for chunk in _ranked_chunks(predictions, k, None, removed, chunk_entries):
+        keys = chunk.sorted_keys
+        valid = keys != _PAD
+        entries = row_first[chunk.start : chunk.end, None] + _positions(keys)
+        labels = predictions.indices[np.where(valid, entries, 0)] if predictions.nnz else entries
+        out[chunk.start : chunk.end, : keys.shape[1]] = np.where(valid, labels, -1)
+    return out
+
+
+def discounts(k: int) -> np.ndarray:
+    """(k,) DCG position discounts 1 / log2(j + 2) for 0-based positions j."""
+    return 1.0 / np.log2(np.arange(k) + 2.0)
+
+
+@dataclass(frozen=True)
+class RankedTruth:
+    """Which true labels each row ranked where: everything the @k metrics need.
+
+    ``hit_*`` arrays list the true (row, label) pairs found in their row's top ``k_max``, sorted by
+    rank (0-based). ``true_*`` arrays list every true pair (row-major) and ``n_true`` counts them
+    per row. ``inv_propensity`` (L,) is optional; the ``ps_*`` statistics need it.
+
+    The methods return per-row (n_rows,) sums (cached: do not modify them); metric modules
+    combine them into per-row numerators and denominators (see :mod:`xmcbench.metrics.precision`
+    and siblings).
+    """
+
+    n_rows: int
+    n_labels: int
+    k_max: int
+    hit_row: np.ndarray  # (hits,) int64
+    hit_rank: np.ndarray  # (hits,) int64, ascending
+    hit_label: np.ndarray  # (hits,) int64
+    true_row: np.ndarray  # (pairs,) int64
+    true_label: np.ndarray  # (pairs,) int64
+    n_true: np.ndarray  # (n_rows,) int64
+    inv_propensity: np.ndarray | None = field(default=None, repr=False)
+
+    def _check_k(self, k: int) -> None:
+        if not 1 <= k <= self.k_max:
+            raise ValueError(f"k={k} is outside 1..{self.k_max}; rank the truth with a larger k_max")
+
+    @cached_property
+    def _cache(self) -> dict:
+        return {}
+
+    def _sum_top(self, name: str, k: int, values=None) -> np.ndarray:
+        """(n_rows,) per-row sum of ``values()`` (aligned with the hits; None counts) over hits ranked < k.
+
+        Hits are sorted by rank, so "rank < k" is a prefix. Sums are cached per k, and a new k only
+        adds the hits since the nearest smaller cached k: asking for every k in increasing order
+        costs one pass over the hits in all. Callers must not modify the returned arrays.
+        """
+        self._check_k(k)
+        cache = self._cache.setdefault(name, {0: np.zeros(self.n_rows)})
+        if k not in cache:
+            below = max(x for x in cache if x < k)
+            lo, hi = np.searchsorted(self.hit_rank, [below, k])
+            weights = None
+            if values is not None:  # computed once per statistic, on first use
+                if name + ":values" not in self._cache:
+                    self._cache[name + ":values"] = values()
+                weights = self._cache[name + ":values"][lo:hi]
+            cache[k] = cache[below] + np.bincount(self.hit_row[lo:hi], weights=weights, minlength=self.n_rows)
+        return cache[k]
+
+    # --- plain statistics -------------------------------------------------------------------
+
+    def hits(self, k: int) -> np.ndarray:
+        """(n_rows,) number of true labels among the top k predictions."""
+        return self._sum_top("hits", k)
+
+    def dcg(self, k: int) -> np.ndarray:
+        """(n_rows,) sum over true labels ranked j < k of 1 / log2(j + 2)."""
+        return self._sum_top("dcg", k, lambda: discounts(self.k_max)[self.hit_rank])
+
+    def ideal_dcg(self, k: int) -> np.ndarray:
+        """(n_rows,) best possible DCG@k: sum_{j < min(k, |y|)} 1 / log2(j + 2); 0 for rows without labels."""
+        cumulative = np.concatenate(([0.0], np.cumsum(discounts(k))))
+        return cumulative[np.minimum(self.n_true, k)]
+
+    # --- propensity-scored statistics -------------------------------------------------------
+
+    def _weights(self) -> np.ndarray:
+        if self.inv_propensity is None:
+            raise ValueError("propensity-scored metrics need inv_propensity; pass it to rank_truth")
+        return self.inv_propensity
+
+    @cached_property
+    def _hit_weights(self) -> np.ndarray:
+        return self._weights()[self.hit_label]
+
+    def ps_gain(self, k: int) -> np.ndarray:
+        """(n_rows,) sum of inverse propensities of the true labels in the top k."""
+        return self._sum_top("ps_gain", k, lambda: self._hit_weights)
+
+    def ps_dcg(self, k: int) -> np.ndarray:
+        """(n_rows,) sum over true labels ranked j < k of w_label / log2(j + 2)."""
+        return self._sum_top("ps_dcg", k, lambda: self._hit_weights * discounts(self.k_max)[self.hit_rank])
+
+    @cached_property
+    def _ideal(self) -> np.ndarray:
+        """(pairs,) the true labels' weights grouped by row (row-major), each row's in descending
+        order: row r's ideal PS ranking is ``_ideal[row_start[r] : row_start[r] + n_true[r]]``."""
+        w = self._weights()
+        # Rank labels by weight once (exact, float64); then sort (row, weight rank) packed in one
+        # int64. The pairs are already grouped by row, so the stable sort (a merge sort that
+        # exploits existing runs) is fast.
+        by_weight = np.argsort(-w, kind="stable")
+        weight_rank = np.empty(w.size, dtype=np.int64)
+        weight_rank[by_weight] = np.arange(w.size)
+        packed = np.sort((self.true_row << 32) | weight_rank[self.true_label], kind="stable")
+        return w[by_weight[packed & _LOW32]]
+
+    def _sum_ideal(self, name: str, k: int, discounted: bool) -> np.ndarray:
+        """(n_rows,) sum of the k largest weights of each row's true labels (discounted: w / log2(j + 2)).
+
+        Built place by place from the nearest smaller cached k, adding the weight at place j to
+        the rows that have more than j true labels — in the same order as a per-row loop would.
+        """
+        self._check_k(k)
+        cache = self._cache.setdefault(name, {0: np.zeros(self.n_rows)})
+        if k not in cache:
+            below = max(x for x in cache if x < k)
+            total = cache[below].copy()
+            row_start = np.concatenate(([0], np.cumsum(self.n_true)))[:-1]
+            discount = discounts(k)
+            for j in range(below, k):
+                rows = np.flatnonzero(self.n_true > j)
+                if rows.size == 0:
+                    break
+                add = self._ideal[row_start[rows] + j]
+                total[rows] += add * discount[j] if discounted else add
+            cache[k] = total
+        return cache[k]
+
+    def best_ps_gain(self, k: int) -> np.ndarray:
+        """(n_rows,) the k largest inverse propensities among the row's true labels, summed."""
+        return self._sum_ideal("best_ps_gain", k, discounted=False)
+
+    def best_ps_dcg(self, k: int) -> np.ndarray:
+        """(n_rows,) PSDCG@k of the ideal ranking (true labels by descending inverse propensity)."""
+        return self._sum_ideal("best_ps_dcg", k, discounted=True)
+
+
+def _order_small(values: np.ndarray, bound: int) -> np.ndarray:
+    """Stable argsort of non-negative integers below ``bound`` (a radix sort for 8/16-bit types)."""
+    dtype = np.uint8 if bound <= 1 << 8 else np.uint16 if bound <= 1 << 16 else np.int64
+    return np.argsort(values.astype(dtype), kind="stable")
+
+
+def rank_truth(
+    predictions,
+    truth,
+    k_max: int,
+    *,
+    filter=None,
+    inv_propensity: np.ndarray | None = None,
+    chunk_entries: int = _CHUNK_ENTRIES,
+) -> RankedTruth:
+    """Rank each row's predictions (filter removed, ties to the lower label) and find the true labels.
+
+    Args:
+        predictions: (n, L) CSR of scores (or a dense array: every label scored).
+        truth: (n, L) ground truth; stored non-zeros are relevant.
+        k_max: the largest k any metric will ask for.
+        filter: optional (n, L) matrix of (row, label) pairs to remove from the predictions.
+        inv_propensity: optional (L,) inverse propensities for the PS metrics.
+        chunk_entries: dense slots per chunk (memory bound); tests shrink it to exercise chunking.
+    """
+    if k_max < 1:
+        raise XmcbenchError(f"k must be a positive integer; got {k_max}")
+    predictions, truth, removed = _prepare(predictions, truth, filter)
+    n, n_labels = truth.shape
+    if inv_propensity is not None:
+        inv_propensity = np.asarray(inv_propensity, dtype=np.float64).ravel()
+        if inv_propensity.size != n_labels:
+            raise XmcbenchError(
+                f"inv_propensity has {inv_propensity.size} entries but there are {n_labels} labels; "
+                "compute it from the training labels of the same dataset"
+            )
+
+    n_true = np.diff(truth.indptr).astype(np.int64)
+    true_row = np.repeat(np.arange(n, dtype=np.int64), n_true)
+    true_label = truth.indices.astype(np.int64)
+    entries = find_in_rows(predictions, true_row, true_label)
+    # Predictions that are true labels; already ascending (both matrices are row-major, label-sorted).
+    true_entries = np.sort(entries[entries >= 0], kind="stable")
+
+    hit_rows, hit_ranks, hit_entries = [], [], []
+    row_first = predictions.indptr.astype(np.int64)
+    for chunk in _ranked_chunks(predictions, k_max, true_entries, removed, chunk_entries):
+        keys = chunk.sorted_keys
+        local_row, rank = _hit_slots(keys)  # padding has a 0 low bit
+        row = local_row + chunk.start
+        hit_rows.append(row)
+        hit_ranks.append(rank)
+        hit_entries.append(row_first[row] + _positions(keys[local_row, rank]))
+    hit_row = np.concatenate(hit_rows) if hit_rows else np.zeros(0, dtype=np.int64)
+    hit_rank = np.concatenate(hit_ranks) if hit_ranks else np.zeros(0, dtype=np.int64)
+    hit_entry = np.concatenate(hit_entries) if hit_entries else np.zeros(0, dtype=np.int64)
+    # Hits sorted by rank, so that "rank < k" is a prefix.
+    order = _order_small(hit_rank, k_max)
+    return RankedTruth(
+        n_rows=n,
+        n_labels=n_labels,
+        k_max=k_max,
+        hit_row=hit_row[order].astype(np.int64),
+        hit_rank=hit_rank[order].astype(np.int64),
+        hit_label=predictions.indices[hit_entry[order]].astype(np.int64),
+        true_row=true_row,
+        true_label=true_label,
+        n_true=n_true,
+        inv_propensity=inv_propensity,
+    )

@@ -1,0 +1,274 @@
+"""Exact maximum-inner-product top-k: query embeddings x label embeddings -> a CSR of top-k scores.
+
+    >>> scores = exact_topk(query_emb, label_emb, k=100)            # (n, L) CSR, k entries a row
+    >>> scores = exact_topk(query_emb, label_emb, k=100, exclude=filter_pairs)
+
+The result has, for each query, its k best labels by inner product (fewer if fewer labels remain),
+stored as a canonical CSR (sorted label indices, float32 scores), the input xmcbench.metrics
+expects. Ties are broken by the lower label index — the same rule the metrics use — exactly with
+the torch backend; faiss returns ties at the k-th place in an order of its own, which xmcbench
+re-sorts but cannot undo (a tied label just past k may be dropped instead of a higher index).
+
+Memory stays bounded: queries are processed ``chunk_size`` at a time, and when the label set is
+large the labels are split into blocks too; each block's top-k is merged into the running top-k.
+``exclude`` (an (n, L) sparse matrix of (query, label) pairs, e.g. a filter file) removes pairs
+*before* the top-k, so k labels remain whenever possible.
+
+Backends: ``"torch"`` (default) on CUDA when available (``device=None``) or on the given device;
+``"faiss"`` uses ``IndexFlatIP`` (on a GPU when faiss has GPU support and one is present).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmcbench.errors import XmcbenchError
+
+__all__ = ["exact_topk"]
+
+_CPU_BUDGET = 1 << 25  # score cells per block on CPU: 32M float32 = 128 MB (plus masks of the same shape)
+_GPU_BUDGET = 1 << 28  # on GPU: 256M cells = 1 GB
+_LABEL_BLOCK = 1 << 20  # labels per block when L is larger than this
+
+
+def exact_topk(
+    queries,
+    keys,
+    k: int,
+    *,
+    chunk_size: int | None = None,
+    device=None,
+    backend: str = "torch",
+    exclude=None,
+    label_chunk_size: int | None = None,
+) -> sp.csr_matrix:
+    """Top-k labels of every query by inner product, as an (n, L) CSR of scores.
+
+    Args:
+        queries: (n, d) query embeddings, numpy array or torch tensor.
+        keys: (L, d) label embeddings, numpy array or torch tensor.
+        k: labels kept per query (k > L keeps all L).
+        chunk_size: queries per block (default: from a memory budget of ~128 MB CPU / 1 GB GPU).
+        device: torch device for the torch backend; None picks CUDA when available.
+        backend: "torch" or "faiss".
+        exclude: optional (n, L) sparse matrix of (query, label) pairs never to return.
+        label_chunk_size: labels per block (default: all when L <= 2^20, else 2^20).
+    """
+    n, d = _shape(queries, "queries")
+    n_labels, d_keys = _shape(keys, "keys")
+    if d != d_keys:
+        raise XmcbenchError(f"queries have dimension {d} but label embeddings have {d_keys}; use the same encoder")
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise XmcbenchError(f"k must be a positive integer; got {k!r}")
+    k = min(int(k), n_labels)
+    if exclude is not None:
+        exclude = sp.csr_matrix(exclude)
+        if exclude.shape != (n, n_labels):
+            raise XmcbenchError(
+                f"exclude has shape {exclude.shape} but the search is {(n, n_labels)} (queries x labels)"
+            )
+        exclude.sum_duplicates()
+        exclude.eliminate_zeros()
+        if exclude.nnz == 0:
+            exclude = None
+    if n == 0 or k == 0:
+        return sp.csr_matrix((n, n_labels), dtype=np.float32)
+    if backend == "torch":
+        values, labels = _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude)
+    elif backend == "faiss":
+        values, labels = _faiss_topk(queries, keys, k, chunk_size, exclude)
+    else:
+        raise XmcbenchError(f"unknown search backend {backend!r}; use 'torch' or 'faiss'")
+    return _to_csr(values, labels, n_labels)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _shape(x, name: str) -> tuple[int, int]:
+    shape = tuple(x.shape)
+    if len(shape) != 2:
+        raise XmcbenchError(f"{name} must be a 2-D (rows x dimension) array; got shape {shape}")
+    return shape
+
+
+def _to_csr(values: np.ndarray, labels: np.ndarray, n_labels: int) -> sp.csr_matrix:
+    """(n, k) best-first values/labels -> canonical CSR; -inf (excluded or missing) slots dropped."""
+    order = np.argsort(labels, axis=1)  # CSR rows are sorted by label
+    values = np.take_along_axis(values, order, axis=1)
+    labels = np.take_along_axis(labels, order, axis=1)
+    keep = np.isfinite(values) | (values > 0)  # drop -inf only (+inf is a legitimate, if odd, score)
+    indptr = np.concatenate(([0], np.cumsum(keep.sum(axis=1)))).astype(np.int64)
+    out = sp.csr_matrix((values[keep].astype(np.float32), labels[keep], indptr), shape=(values.shape[0], n_labels))
+    out.has_canonical_format = True
+    return out
+
+
+def _exclusions(exclude: sp.csr_matrix | None, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(local rows, labels) of the excluded pairs of queries [start, end)."""
+    if exclude is None:
+        return None
+    block = exclude[start:end]
+    rows = np.repeat(np.arange(end - start), np.diff(block.indptr))
+    return rows, block.indices.astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch backend
+
+
+def _torch_device(device):
+    import torch
+
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise XmcbenchError(f"device {device} was asked for but CUDA is not available here; use device='cpu'")
+    return device
+
+
+def _as_tensor(x, device):
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        x = np.ascontiguousarray(x)
+        if not x.flags.writeable:  # e.g. a read-only memory map: torch wants memory it may write
+            x = x.copy()
+        x = torch.from_numpy(x)
+    return x.to(device=device, dtype=torch.float32)
+
+
+def _block_topk(scores, k: int):
+    """Top-k of each row of a (B, C) score block, best first, ties to the lower column.
+
+    torch.topk picks among entries tied at the k-th value in an order of its own. Rows where it
+    left out a tied entry (more entries equal the k-th value than it kept) are redone exactly:
+    everything above the k-th value, then the lowest tied columns. The kept entries are then
+    ordered by (value desc, column asc).
+    """
+    import torch
+
+    values, columns = torch.topk(scores, k, dim=1)  # (B, k)
+    kth = values[:, -1:]
+    boundary = (scores == kth).sum(dim=1) > (values == kth).sum(dim=1)
+    if boundary.any():
+        rows = boundary.nonzero().squeeze(1)
+        block = scores[rows]
+        above = block > kth[rows]
+        tied = block == kth[rows]
+        need = k - above.sum(dim=1, keepdim=True)
+        take = above | (tied & (torch.cumsum(tied.to(torch.int32), dim=1) <= need))
+        exact = take.nonzero()[:, 1].view(rows.numel(), k)  # ascending columns per row
+        columns[rows] = exact
+        values[rows] = block.gather(1, exact)
+    by_column = torch.argsort(columns, dim=1)
+    values, columns = values.gather(1, by_column), columns.gather(1, by_column)
+    order = torch.sort(values, dim=1, descending=True, stable=True).indices
+    return values.gather(1, order), columns.gather(1, order)
+
+
+def _merge(values, labels, k: int):
+    """Best k of concatenated candidates, ordered by (value desc, label asc)."""
+    import torch
+
+    by_label = torch.argsort(labels, dim=1)
+    values, labels = values.gather(1, by_label), labels.gather(1, by_label)
+    order = torch.sort(values, dim=1, descending=True, stable=True).indices[:, :k]
+    return values.gather(1, order), labels.gather(1, order)
+
+
+def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude):
+    import torch
+
+    device = _torch_device(device)
+    n, n_labels = queries.shape[0], keys.shape[0]
+    label_block = int(label_chunk_size or (n_labels if n_labels <= _LABEL_BLOCK else _LABEL_BLOCK))
+    label_block = max(1, min(label_block, n_labels))
+    budget = _GPU_BUDGET if device.type == "cuda" else _CPU_BUDGET
+    chunk = int(chunk_size or max(1, budget // label_block))
+    key_tensor = _as_tensor(keys, device)  # (L, d)
+    if torch.isnan(key_tensor).any():
+        raise XmcbenchError("label embeddings contain NaN; check the encoder output")
+    out_values = np.empty((n, k), dtype=np.float32)
+    out_labels = np.empty((n, k), dtype=np.int64)
+    with torch.inference_mode():
+        for start in range(0, n, chunk):
+            end = min(start + chunk, n)
+            q = _as_tensor(queries[start:end], device)  # (B, d)
+            if torch.isnan(q).any():
+                raise XmcbenchError(f"query embeddings contain NaN (rows {start}..{end - 1}); check the encoder output")
+            excluded = _exclusions(exclude, start, end)
+            best_values = best_labels = None
+            for lo in range(0, n_labels, label_block):
+                hi = min(lo + label_block, n_labels)
+                scores = q @ key_tensor[lo:hi].T  # (B, C)
+                if excluded is not None:
+                    rows, labels = excluded
+                    inside = (labels >= lo) & (labels < hi)
+                    scores[
+                        torch.as_tensor(rows[inside], device=device), torch.as_tensor(labels[inside] - lo, device=device)
+                    ] = float("-inf")
+                values, columns = _block_topk(scores, min(k, hi - lo))
+                columns = columns + lo
+                if best_values is None:
+                    best_values, best_labels = values, columns
+                else:
+                    best_values, best_labels = _merge(
+                        torch.cat([best_values, values], dim=1), torch.cat([best_labels, columns], dim=1), k
+                    )
+            out_values[start:end] = best_values.cpu().numpy()
+            out_labels[start:end] = best_labels.cpu().numpy()
+    return out_values, out_labels
+
+
+# ---------------------------------------------------------------------------------------------
+# faiss backend
+
+
+def _faiss_topk(queries, keys, k, chunk_size, exclude):
+    import faiss
+
+    def as_numpy(x) -> np.ndarray:
+        if hasattr(x, "detach"):  # a torch tensor
+            x = x.detach().float().cpu().numpy()
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    key_array = as_numpy(keys)
+    n_labels, d = key_array.shape
+    if np.isnan(key_array).any():
+        raise XmcbenchError("label embeddings contain NaN; check the encoder output")
+    index = faiss.IndexFlatIP(d)
+    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+    index.add(key_array)
+    # Search deep enough that k labels survive the exclusions of the most-excluded query.
+    extra = int(np.diff(exclude.indptr).max()) if exclude is not None else 0
+    depth = min(n_labels, k + extra)
+    n = queries.shape[0]
+    chunk = int(chunk_size or max(1, _CPU_BUDGET // max(depth, 1) // 4))
+    out_values = np.empty((n, k), dtype=np.float32)
+    out_labels = np.empty((n, k), dtype=np.int64)
+    for start in range(0, n, chunk):
+        end = min(start + chunk, n)
+        q = as_numpy(queries[start:end])
+        if np.isnan(q).any():
+            raise XmcbenchError(f"query embeddings contain NaN (rows {start}..{end - 1}); check the encoder output")
+        values, labels = index.search(q, depth)  # (B, depth), best first, -1 when missing
+        values = np.where(labels < 0, -np.inf, values).astype(np.float32)
+        labels = np.where(labels < 0, n_labels, labels).astype(np.int64)  # sorts after real labels
+        excluded = _exclusions(exclude, start, end)
+        if excluded is not None:
+            rows, banned = excluded
+            hit = np.zeros(labels.shape, dtype=bool)
+            banned_keys = np.sort(rows * (n_labels + 1) + banned)
+            keys_found = (np.arange(end - start)[:, None] * (n_labels + 1) + labels).ravel()
+            pos = np.minimum(np.searchsorted(banned_keys, keys_found), max(banned_keys.size - 1, 0))
+            hit.ravel()[:] = banned_keys[pos] == keys_found
+            values[hit] = -np.inf
+        order = np.lexsort((labels, -values), axis=1)[:, :k]  # (value desc, label asc)
+        out_values[start:end] = np.take_along_axis(values, order, axis=1)
+        out_labels[start:end] = np.minimum(np.take_along_axis(labels, order, axis=1), n_labels - 1)
+    return out_values, out_labels
