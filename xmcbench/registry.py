@@ -42,18 +42,25 @@ class Registry(Generic[T]):
         self._display[key] = name
         return item
 
+    def add_lazy(self, name: str, target: str) -> None:
+        """Register ``"package.module:Attribute"``, imported on first ``get`` (keeps start-up light)."""
+        self.add(name, _Lazy(target))  # type: ignore[arg-type]
+
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator form: ``@METHODS.register("dexml")``."""
         return lambda item: self.add(name, item)
 
     def get(self, name: str) -> T:
         try:
-            return self._items[name.lower()]
+            item = self._items[name.lower()]
         except KeyError:
             known = self.names()
             raise UnknownNameError(
                 f"unknown {self.kind} {name!r}{did_you_mean(name, known)}; known: {', '.join(known)}"
             ) from None
+        if isinstance(item, _Lazy):
+            item = self._items[name.lower()] = item.load()
+        return item
 
     def canonical(self, name: str) -> str:
         self.get(name)
@@ -66,7 +73,18 @@ class Registry(Generic[T]):
         return name.lower() in self._items
 
     def __iter__(self) -> Iterator[tuple[str, T]]:
-        return ((self._display[k], v) for k, v in self._items.items())
+        return ((self._display[k], self.get(k)) for k in list(self._items))
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+class _Lazy:
+    def __init__(self, target: str):
+        self.target = target
+
+    def load(self):
+        import importlib
+
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)

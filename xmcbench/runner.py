@@ -225,6 +225,7 @@ def build_train_task(recipe: Recipe, dataset, inv_prop: np.ndarray) -> TrainTask
         train_labels=labels,
         seen_labels=seen,
         inv_propensity=inv_prop,
+        dataset_version=dataset.version,
     )
 
 
@@ -295,11 +296,8 @@ def run_recipe(
     ingest: bool = True,
 ) -> RunResult:
     """Run ``recipe`` (or resume run ``resume``) and return its directory and record."""
-    runs_root = Path(runs_dir or recipe.output.runs_dir or paths.runs_dir()).expanduser()
-    db_path = Path(db or recipe.output.db or paths.default_db_path()).expanduser()
-
     if resume:
-        run_dir = _find_run(runs_root, resume)
+        run_dir = _find_run(Path(runs_dir or paths.runs_dir()).expanduser(), resume)
         record = load_record(run_dir)
         if record["status"] == "finished":
             raise XmcbenchError(f"run {record['run_id']} already finished; nothing to resume")
@@ -310,11 +308,13 @@ def run_recipe(
         record["provenance"].update(pid=os.getpid(), host=socket.gethostname())
         record.setdefault("resumed_at", []).append(_now())
     else:
+        runs_root = Path(runs_dir or recipe.output.runs_dir or paths.runs_dir()).expanduser()
         runs_root.mkdir(parents=True, exist_ok=True)
         run_id, run_dir = _new_run_dir(runs_root, recipe)
         (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.resolved(), sort_keys=False), encoding="utf-8")
         record = _initial_record(run_id, recipe, recipe_path, command)
     write_json_atomic(run_dir / "record.json", record)
+    db_path = Path(db or recipe.output.db or paths.default_db_path()).expanduser()
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _in_main_thread() else None
     try:

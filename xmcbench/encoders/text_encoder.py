@@ -57,6 +57,7 @@ class TextEncoder(nn.Module):
         max_length: int = 32,
         revision: str | None = None,
         projection_dim: int | None = None,
+        dropout: float = 0.0,
     ):
         super().__init__()
         from transformers import AutoModel, AutoTokenizer
@@ -84,6 +85,8 @@ class TextEncoder(nn.Module):
         self.projection: nn.Linear | None = _load_dense(Path(path)) if Path(path).is_dir() else None
         if self.projection is None and projection_dim is not None:
             self.projection = nn.Linear(self.model.config.hidden_size, projection_dim)
+        # DEXML Table 7 "dropout applied to the dual-encoder embeddings": active in train mode only.
+        self.embedding_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.eval()  # like from_pretrained: inference mode until a training loop says otherwise
 
     @property
@@ -108,6 +111,7 @@ class TextEncoder(nn.Module):
         else:
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (B, d)
+        pooled = self.embedding_dropout(pooled)
         if self.projection is not None:
             pooled = self.projection(pooled)  # (B, d_proj)
         if self.normalize:

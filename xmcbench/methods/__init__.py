@@ -10,12 +10,12 @@ from xmcbench.registry import Registry
 METHODS: Registry = Registry("method")
 
 
-def _register_builtins() -> None:
-    from xmcbench.methods.tfidf import TfidfMethod
-    from xmcbench.methods.zero_shot import ZeroShotMethod
-
-    for cls in (TfidfMethod, ZeroShotMethod):
-        METHODS.add(cls.name, cls)
-
-
-_register_builtins()
+# name -> "module:Class"; imported on first use so validating a recipe stays light.
+for _name, _target in (
+    ("tfidf", "xmcbench.methods.tfidf:TfidfMethod"),
+    ("zero_shot", "xmcbench.methods.zero_shot:ZeroShotMethod"),
+    ("dexml", "xmcbench.methods.dexml:DexmlMethod"),
+    ("unidec", "xmcbench.methods.unidec:UnidecMethod"),
+    ("prime", "xmcbench.methods.prime:PrimeMethod"),
+):
+    METHODS.add_lazy(_name, _target)

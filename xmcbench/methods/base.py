@@ -40,7 +40,8 @@ class TrainTask:
     label_texts: Sequence[str]
     train_labels: sparse.csr_matrix | None
     seen_labels: np.ndarray | None = None  # bool (L,), few-shot only
-    inv_propensity: np.ndarray | None = None  # (L,) from the visible training labels
+    inv_propensity: np.ndarray | None = None  # (L,) from the full training labels (evaluation's weights)
+    dataset_version: str | None = None  # fingerprint of the raw files: keys tokenisation caches
 
     @property
     def n_labels(self) -> int:

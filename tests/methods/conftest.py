@@ -1,0 +1,43 @@
+"""Fixtures for method tests: a tiny real BERT (random weights, MiniLM's tokenizer) so that a
+dual-encoder method trains for real in seconds on CPU."""
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory):
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from xmcbench.encoders import resolve_model_path
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture
+def tiny_recipe(tmp_path, tiny_encoder_dir):
+    """Write a recipe on a small synthetic dataset with the tiny encoder; returns a loader."""
+    from xmcbench.recipe import load_recipe
+
+    def make(method_yaml: str, *, epochs: int = 2, extra: str = "", labels: int = 60, train: int = 300,
+             test: int = 60):
+        path = tmp_path / "recipe.yaml"
+        path.write_text(
+            f"name: tiny\n"
+            f"dataset: {{name: synth-tiny, synthetic: {{labels: {labels}, train: {train}, test: {test}, seed: 1}}}}\n"
+            f"method: {method_yaml}\n"
+            f"encoder: {{name: '{tiny_encoder_dir}', max_length: 16}}\n"
+            f"training: {{epochs: {epochs}, batch_size: 32, lr: 0.001, warmup_ratio: 0.0}}\n"
+            f"evaluation: {{k: [1, 5], top_k: 10, bootstrap: 20}}\n"
+            f"hardware: {{devices: cpu}}\n" + extra
+        )
+        return load_recipe(path)
+
+    return make

@@ -1,0 +1,106 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from xmcbench.losses import decoupled_softmax_loss
+from xmcbench.methods.dexml import DexmlMethod
+from xmcbench.runner import load_record, run_recipe
+
+
+def run(recipe, tmp_path, **kw):
+    return run_recipe(recipe, runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False, **kw)
+
+
+@pytest.mark.parametrize("regime", ["hard_negatives", "all_negatives"])
+def test_dexml_trains_and_records_pool_accounting(tiny_recipe, tmp_path, regime):
+    recipe = tiny_recipe(f"{{name: dexml, regime: {regime}, hard_negatives: 2, shortlist_k: 10, refresh_every: 1, "
+                         f"cluster_start_epoch: 1, cluster_size: 8, gradcache_chunk: 16, temperature: 0.1}}")
+    result = run(recipe, tmp_path)
+    acc = result.record["accounting"]
+    assert result.record["status"] == "finished"
+    assert acc["batch_size"] == 32 and acc["steps"] == 2 * 10  # 300 labelled queries / 32 -> 10 steps
+    if regime == "all_negatives":
+        assert acc["pool_size_mean"] == acc["pool_size_max"] == 60  # every label, every step
+    else:
+        assert 32 <= acc["pool_size_mean"] <= 32 * 3 and acc["hard_negatives_per_query"] == 2.0
+    assert result.record["model"]["params_trainable"] > 0
+    assert (result.run_dir / "checkpoints" / "train" / "latest").exists()
+
+
+def test_dexml_beats_its_starting_point(tiny_recipe, tmp_path):
+    """Training must move the model: a trained tiny encoder beats the same encoder untrained."""
+    untrained = run(tiny_recipe("{name: dexml, regime: hard_negatives}", epochs=0), tmp_path / "a")
+    trained = run(tiny_recipe("{name: dexml, regime: hard_negatives, refresh_every: 1, temperature: 0.1}",
+                              epochs=6), tmp_path / "b")
+    assert trained.scores["P@1"] > untrained.scores["P@1"] + 10
+
+
+def test_all_negatives_step_equals_plain_decoupled_softmax(tiny_recipe, tmp_path):
+    """The gradient-cached all-labels step gives the loss and gradients of plain backpropagation."""
+    from xmcbench.data import load_dataset
+    from xmcbench.methods import dual_encoder as de
+    from xmcbench.methods.base import RunContext
+    from xmcbench.runner import build_train_task, ensure_dataset
+
+    recipe = tiny_recipe("{name: dexml, regime: all_negatives, gradcache_chunk: 7, dropout: 0.0, temperature: 0.1}")
+    ds = ensure_dataset(recipe, progress=False)
+    task = build_train_task(recipe, ds, np.ones(ds.n_labels))
+    ctx = RunContext(run_dir=tmp_path, progress=False)
+    method = DexmlMethod(recipe.method_config(), recipe)
+    method.encoder = de.build_encoder(recipe)
+    tokens = de.tokenise(method.encoder, task, recipe, progress=False)
+    rows = de.labelled_rows(task.train_labels)[:16]
+
+    method.encoder.eval()  # BERT's own dropout would draw differently in the two computations
+    loss, _ = method._all_negatives_step(rows, task.train_labels, tokens, ctx, world=1, rank=0)
+    cached_grads = [None if p.grad is None else p.grad.clone() for p in method.encoder.parameters()]
+    assert sum(g is not None for g in cached_grads) > 10
+    method.encoder.zero_grad()
+
+    q = de.embed(method.encoder, tokens.queries, rows, "cpu")
+    z = de.embed(method.encoder, tokens.labels, np.arange(ds.n_labels), "cpu")
+    plain = decoupled_softmax_loss((q @ z.T) / 0.1, de.dense_targets(task.train_labels, rows))
+    plain.backward()
+    assert loss.item() == pytest.approx(plain.item(), abs=1e-5)
+    for got, p in zip(cached_grads, method.encoder.parameters()):
+        if got is None:
+            assert p.grad is None  # e.g. BERT's pooler, unused by mean pooling
+        else:
+            torch.testing.assert_close(got, p.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_interrupted_training_resumes_from_the_epoch_checkpoint(tiny_recipe, tmp_path, monkeypatch):
+    recipe = tiny_recipe("{name: dexml, regime: hard_negatives, refresh_every: 1}", epochs=3)
+    real = DexmlMethod._hard_negative_step
+    calls = {"n": 0}
+
+    def flaky(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 15:  # in the second epoch
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DexmlMethod, "_hard_negative_step", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        run(recipe, tmp_path)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert load_record(run_dir)["status"] == "interrupted"
+    meta = json.loads(next((run_dir / "checkpoints" / "train").glob("epoch-*/meta.json")).read_text())
+    assert meta["epoch"] == 1
+    calls["n"] = -10_000
+    result = run(None, tmp_path, resume=run_dir.name)
+    assert result.record["status"] == "finished"
+    assert calls["n"] == -10_000 + 2 * 10  # only epochs 2 and 3 ran again
+
+
+def test_validation_split_never_touches_test(tiny_recipe, tmp_path):
+    recipe = tiny_recipe("{name: dexml, regime: hard_negatives}", epochs=1,
+                         extra="")
+    data = recipe.model_dump()
+    data["training"]["validation_fraction"] = 0.2
+    data["method"] = {"name": "dexml"}
+    recipe = type(recipe).model_validate(data)
+    result = run(recipe, tmp_path)
+    assert result.record["accounting"]["validation_p1"] is not None

@@ -1,0 +1,320 @@
+"""DEXML: a dual encoder trained with the decoupled softmax (or SoftTop-k) loss.
+
+Gupta et al., "Dual-Encoders for Extreme Multi-Label Classification", ICLR 2024 (dexml.txt).
+One shared encoder Φ embeds queries and label texts; s(x, l) = <Φ(x), Φ(z_l)> / τ and
+
+    L(x) = -(1/|P_x|) Σ_{p ∈ P_x} log( e^{s_xp} / (e^{s_xp} + Σ_{n ∉ P_x} e^{s_xn}) )      (Eq. 5)
+
+(other positives are left out of each positive's denominator), or the SoftTop-k loss of Eq. 6.
+Two regimes, as in the paper:
+
+- ``all_negatives``: every label is in the loss at every step. Label embeddings come from the
+  gradient cache (chunks of η labels embedded without a graph, loss, then a chunked backward),
+  and with several processes (torchrun) labels are sharded over ranks, query embeddings
+  all-gathered and the softmax sums all-reduced (Appendix B.5).
+- ``hard_negatives``: the pool is the batch's sampled positives plus m negatives per query drawn
+  from an exact top-k shortlist refreshed every few epochs (Table 3: P@1 grows with the pool).
+
+Where the released code differs: it samples one positive per row per step (``one_positive``),
+uses CLS pooling (``encoder.pooling: cls``), scales the learning rate by the GPU count
+(``lr_scale_with_gpus``), drops the last label of every shard (not copied) and selects the model
+on the test set (never: ``training.validation_fraction`` carves a validation split instead).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal, Sequence
+
+import numpy as np
+import torch
+from pydantic import Field
+from scipy import sparse
+
+from xmcbench.errors import XmcbenchError
+from xmcbench.methods import dual_encoder as de
+from xmcbench.methods.base import RunContext, TrainTask
+
+
+class DexmlConfig(de.DualEncoderConfig):
+    regime: Literal["all_negatives", "hard_negatives"] = "hard_negatives"
+    loss: Literal["decoupled_softmax", "soft_top_k"] = "decoupled_softmax"
+    temperature: float = Field(default=0.05, gt=0)  # τ (Table 7: 0.05 short text, 1 for the 500K/1.3M sets)
+    dropout: float = Field(default=0.1, ge=0, lt=1)  # on the embeddings (Table 7)
+    one_positive: bool = False  # released code: one sampled positive per row per step
+    positives_per_query: int = Field(default=1, ge=1)  # β sampled into the pool (hard negatives)
+    hard_negatives: int = Field(default=1, ge=0)  # m per query from the shortlist
+    shortlist_k: int = Field(default=100, gt=0)
+    refresh_every: int = Field(default=5, ge=1)  # epochs between shortlist refreshes
+    soft_top_k: int = Field(default=5, ge=1)  # k of SoftTop-k
+    alpha: float = Field(default=2.0, gt=0)  # steepness of SoftTop-k's sigmoid
+    gradcache_chunk: int = Field(default=1024, gt=0)  # η: labels embedded per micro-batch
+    lr_scale_with_gpus: bool = False
+
+
+class DexmlMethod:
+    name: ClassVar[str] = "dexml"
+    Config: ClassVar[type[DexmlConfig]] = DexmlConfig
+    requires_labels: ClassVar[bool] = True
+    uses_encoder: ClassVar[bool] = True
+
+    def __init__(self, config: DexmlConfig, recipe):
+        self.config = config
+        self.recipe = recipe
+        self.encoder = None
+        self.label_emb: np.ndarray | None = None  # (L, d) after fit
+
+    # ------------------------------------------------------------------------------------------
+    def fit(self, task: TrainTask, ctx: RunContext) -> None:
+        from xmcbench.sampling import PoolAccounting, ShortlistSchedule
+        from xmcbench.train import (build_optimizer, build_scheduler, get_rank, get_world_size, is_main,
+                                    load_checkpoint, save_checkpoint)
+
+        c, t = self.config, self.recipe.training
+        labels = task.train_labels
+        world, rank = get_world_size(), get_rank()
+        if c.loss == "soft_top_k" and c.regime == "all_negatives" and world > 1:
+            raise XmcbenchError("SoftTop-k with all negatives is implemented for one process; use "
+                                "loss: decoupled_softmax across GPUs, or hard_negatives")
+
+        # 1. encoder, token caches, training rows (a validation split is carved out when asked)
+        self.encoder = de.build_encoder(self.recipe, dropout=c.dropout).to(ctx.device)
+        tokens = de.tokenise(self.encoder, task, self.recipe, ctx.progress)
+        rows = de.labelled_rows(labels)
+        rows, val_rows = _split_validation(rows, t.validation_fraction, t.seed)
+
+        # 2. optimiser, schedule, sampler
+        sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed)
+        lr = t.lr * (world if c.lr_scale_with_gpus else 1)
+        optimizer = build_optimizer([(self.encoder.named_parameters(), lr)], t.weight_decay)
+        total_steps = t.epochs * len(sampler)
+        scheduler = build_scheduler(optimizer, max(total_steps, 1), t.warmup_ratio, t.schedule)
+        shortlists = ShortlistSchedule(c.refresh_every)
+        accounting = PoolAccounting()
+
+        # 3. resume from the last complete epoch
+        ckpt_dir = ctx.checkpoint_dir / "train"
+        state = load_checkpoint(ckpt_dir, self.encoder, optimizer, scheduler)
+        start_epoch, step = (state["epoch"], state["step"]) if state else (0, 0)
+        extra = state["extra"] if state else {}
+        if state:
+            sampler.load_state_dict(state["sampler_state"])
+            accounting.load_state_dict(extra.get("accounting", {}))
+        shortlist = _load_array(ctx.checkpoint_dir / "shortlist.npy") if c.regime == "hard_negatives" else None
+        best = extra.get("best_val_p1", -1.0)
+
+        # 4. epochs
+        for epoch in range(start_epoch, t.epochs):
+            need_shortlist = c.regime == "hard_negatives" and c.hard_negatives > 0 and (
+                shortlists.due(epoch) or shortlist is None)
+            need_clusters = de.clustering_due(schedule, epoch, sampler)
+            if need_shortlist or need_clusters:
+                query_emb = de.encode_all(self.encoder, tokens.queries, ctx.device, ctx.precision,
+                                          c.encode_batch_size, rows=rows, progress=ctx.progress,
+                                          description=f"epoch {epoch}: encode queries")  # (N, d)
+                if need_clusters:
+                    de.recluster(sampler, schedule, epoch, query_emb, t.seed, ctx.device)
+                if need_shortlist:
+                    label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision,
+                                              c.encode_batch_size, progress=ctx.progress,
+                                              description=f"epoch {epoch}: encode labels")  # (L, d)
+                    shortlist = _build_shortlist(query_emb, label_emb, c.shortlist_k, ctx)
+            sampler.set_epoch(epoch)
+            self.encoder.train()
+            from xmcbench.progress import task as progress_task
+
+            with progress_task(f"epoch {epoch + 1}/{t.epochs}", len(sampler) - sampler.consumed,
+                               enabled=ctx.progress and is_main()) as advance:
+                for batch in sampler:
+                    batch_rows = rows[batch]  # (b,) training query ids
+                    if c.regime == "all_negatives":
+                        loss, pool_size = self._all_negatives_step(batch_rows, labels, tokens, ctx, world, rank)
+                        accounting_update_all(ctx, labels, batch_rows)
+                    else:
+                        loss, pool = self._hard_negative_step(batch_rows, batch, labels, shortlist, tokens, ctx,
+                                                              epoch, step)
+                        pool_size = pool.size
+                        accounting.update(pool)
+                    _optimizer_step(self.encoder, optimizer, scheduler, t.grad_clip, world)
+                    ctx.record_pool(pool_size)
+                    step += 1
+                    advance(1)
+            if val_rows.size:
+                p1 = self._validation_p1(val_rows, labels, tokens, ctx)
+                if p1 > best:
+                    best = p1
+                    self.encoder.save(ctx.checkpoint_dir / "best")
+            extra = {"accounting": accounting.state_dict(), "best_val_p1": best}
+            if need_shortlist and shortlist is not None and is_main():
+                _save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
+            save_checkpoint(ckpt_dir, epoch + 1, step, self.encoder, optimizer, scheduler,
+                            sampler_state=sampler.state_dict(), extra=extra)
+
+        # 5. the model to keep, and its label embeddings for prediction
+        if val_rows.size and (ctx.checkpoint_dir / "best").exists():
+            self.encoder = de.build_encoder_from(ctx.checkpoint_dir / "best", self.recipe).to(ctx.device)
+        self.label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size,
+                                       progress=ctx.progress, description="encode labels")
+        ctx.accounting.update(
+            batch_size=t.batch_size,
+            hard_negatives_per_query=c.hard_negatives if c.regime == "hard_negatives" else None,
+            refresh_interval=c.refresh_every if c.regime == "hard_negatives" else None,
+            validation_p1=best if val_rows.size else None,
+        )
+        if c.regime == "hard_negatives" and accounting.steps:
+            summary = accounting.summary()
+            ctx.accounting.update(positives_per_query=summary["positives_in_pool_per_query_mean"],
+                                  hard_negatives_per_query=summary["hard_negatives_per_query_mean"])
+
+    # ------------------------------------------------------------------------------------------
+    def _scores_loss(self, scores: torch.Tensor, targets: torch.Tensor, generator: torch.Generator | None):
+        """Loss of (b, P) scores already divided by τ against (b, P) bool targets."""
+        from xmcbench.losses import decoupled_softmax_loss, soft_top_k_loss
+
+        c = self.config
+        if c.loss == "soft_top_k":
+            return soft_top_k_loss(scores, targets, k=c.soft_top_k, alpha=c.alpha)
+        return decoupled_softmax_loss(scores, targets, one_positive=c.one_positive, generator=generator)
+
+    def _hard_negative_step(self, batch_rows, batch, labels, shortlist, tokens, ctx, epoch, step):
+        """Pool = sampled positives + m shortlist negatives per query; loss over the pool."""
+        from xmcbench.sampling import build_label_pool, sample_hard_negatives, sample_positives, step_rng
+        from xmcbench.train import autocast
+
+        c = self.config
+        positives = sample_positives(labels, batch_rows, c.positives_per_query,
+                                     step_rng(self.recipe.training.seed, epoch, step, "positives"))  # (b, β)
+        negatives = None
+        if c.hard_negatives > 0:
+            negatives = sample_hard_negatives(shortlist[batch], labels[batch_rows], c.hard_negatives,
+                                              step_rng(self.recipe.training.seed, epoch, step, "negatives"))  # (b, m)
+        pool = build_label_pool(labels, batch_rows, positives, negatives)
+        pool_t = pool.tensors(ctx.device)  # labels (P,), targets (b, P)
+        with autocast(ctx.device, ctx.precision):
+            q = de.embed(self.encoder, tokens.queries, batch_rows, ctx.device)  # (b, d)
+            z = de.embed(self.encoder, tokens.labels, pool.labels, ctx.device)  # (P, d)
+        scores = (q.float() @ z.float().T) / c.temperature  # (b, P)
+        loss = self._scores_loss(scores, pool_t["targets"], _generator(self.recipe.training.seed, epoch, step))
+        loss.backward()
+        return loss.detach(), pool
+
+    def _all_negatives_step(self, batch_rows, labels, tokens, ctx, world: int, rank: int):
+        """Every label in the loss: gradient-cached label embeddings, sharded over ranks when world > 1."""
+        from xmcbench.train import autocast, backward_chunks, cached_embeddings, shard_range
+        from xmcbench.train.sharded_decoupled_softmax import sharded_decoupled_softmax_loss
+
+        c = self.config
+        n_labels = labels.shape[1]
+        shard = shard_range(n_labels, rank, world)
+        chunks = [np.arange(s, min(s + c.gradcache_chunk, shard.stop)) for s in range(shard.start, shard.stop,
+                                                                                     c.gradcache_chunk)]
+
+        def label_fn(idx):
+            with autocast(ctx.device, ctx.precision):
+                return de.embed(self.encoder, tokens.labels, idx, ctx.device).float()  # (η, d)
+
+        local_rows = np.array_split(batch_rows, world)[rank]  # this rank's queries, in rank order
+        with autocast(ctx.device, ctx.precision):
+            q = de.embed(self.encoder, tokens.queries, local_rows, ctx.device).float()  # (b_r, d)
+        cached = cached_embeddings(label_fn, chunks) if chunks else None  # (L_r, d) leaf
+        if world > 1:
+            label_emb = cached.embeddings if cached else q.new_zeros((0, q.shape[1]), requires_grad=True)
+            targets = de.dense_targets(labels, batch_rows, shard, ctx.device)  # (B, L_r)
+            counted = None
+            if c.one_positive:
+                from xmcbench.losses import sample_one_positive
+
+                full = de.dense_targets(labels, batch_rows, None, ctx.device)
+                counted = sample_one_positive(full, _generator(self.recipe.training.seed, 0, rank))[:, shard.start:shard.stop]
+            loss = sharded_decoupled_softmax_loss(q, label_emb, targets, temperature=c.temperature,
+                                                  counted_shard=counted)
+        else:
+            scores = (q @ cached.embeddings.T) / c.temperature  # (b, L)
+            targets = de.dense_targets(labels, local_rows, None, ctx.device)  # (b, L)
+            loss = self._scores_loss(scores, targets, None)
+        loss.backward()  # into the query graph and the cached label embeddings
+        if cached is not None:
+            backward_chunks(label_fn, chunks, cached)
+        return loss.detach(), n_labels
+
+    @torch.no_grad()
+    def _validation_p1(self, val_rows, labels, tokens, ctx) -> float:
+        from xmcbench.metrics import evaluate
+        from xmcbench.search.exact import exact_topk
+
+        c = self.config
+        label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size)
+        query_emb = de.encode_all(self.encoder, tokens.queries, ctx.device, ctx.precision, c.encode_batch_size,
+                                  rows=val_rows)
+        pred = exact_topk(query_emb, label_emb, 1, device=ctx.device)
+        return evaluate(pred, labels[val_rows], k=(1,), metrics=["P"])["P@1"]
+
+    # ------------------------------------------------------------------------------------------
+    def predict(self, texts: Sequence[str], k: int, ctx: RunContext) -> sparse.csr_matrix:
+        assert self.encoder is not None and self.label_emb is not None, "fit or load first"
+        return de.predict_topk(self.encoder, texts, self.label_emb, k, ctx, self.config.encode_batch_size,
+                               self.config.search_backend)
+
+    def save(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.encoder.save(path / "encoder")
+        np.save(path / "label_embeddings.npy", self.label_emb)
+
+    def load(self, path: Path) -> None:
+        self.encoder = de.build_encoder_from(path / "encoder", self.recipe)
+        self.label_emb = np.load(path / "label_embeddings.npy")
+
+    def parameter_counts(self) -> tuple[int, int]:
+        if self.encoder is None:
+            return 0, 0
+        n = sum(p.numel() for p in self.encoder.parameters())
+        return n, sum(p.numel() for p in self.encoder.parameters() if p.requires_grad)
+
+
+# ----------------------------------------------------------------------------------------------
+def accounting_update_all(ctx: RunContext, labels: sparse.csr_matrix, batch_rows: np.ndarray) -> None:
+    """All-negatives: every positive of every query is in the pool."""
+    ctx.accounting["positives_per_query"] = float(np.diff(labels.indptr)[batch_rows].mean())
+
+
+def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int) -> None:
+    from xmcbench.train import all_reduce_gradients, clip_gradients
+
+    params = [p for p in encoder.parameters() if p.requires_grad]
+    if world > 1:
+        # Each rank's backward holds the gradient of its own queries and label shard: sum them.
+        all_reduce_gradients(params, op="sum")
+    clip_gradients(params, grad_clip)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _generator(seed: int, epoch: int, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(hash((seed, epoch, step)) & 0x7FFFFFFF)
+
+
+def _split_validation(rows: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Carve a seeded validation split out of the training rows (the test split is never looked at)."""
+    if fraction <= 0:
+        return rows, rows[:0]
+    rng = np.random.default_rng([seed, 7919])
+    n_val = max(1, int(round(fraction * rows.size)))
+    perm = rng.permutation(rows.size)
+    return np.sort(rows[perm[n_val:]]), np.sort(rows[perm[:n_val]])
+
+
+def _build_shortlist(query_emb: np.ndarray, label_emb: np.ndarray, k: int, ctx: RunContext) -> np.ndarray:
+    from xmcbench.sampling import build_shortlist
+
+    return build_shortlist(query_emb, label_emb, min(k, label_emb.shape[0]), device=ctx.device, progress=ctx.progress)
+
+
+def _save_array(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.npy")
+    np.save(tmp, np.asarray(array))
+    tmp.replace(path)
+
+
+def _load_array(path: Path) -> np.ndarray | None:
+    return np.load(path) if path.exists() else None

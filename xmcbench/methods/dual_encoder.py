@@ -1,0 +1,164 @@
+"""Shared pieces of the dual-encoder methods (DEXML, UniDEC, PRIME).
+
+Not a method: the helpers every supervised method's ``fit`` calls, so that each method file
+keeps only what makes it that method (its loss, heads and pool). Queries and labels go through
+one shared-weight encoder Φ; texts are tokenised once into memory-mapped caches; batches follow
+NGAME's negative-mining-aware clustering schedule; the model is checkpointed every epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+from pydantic import Field
+from scipy import sparse
+
+from xmcbench.errors import XmcbenchError
+from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
+from xmcbench.progress import task as progress_task
+
+
+class DualEncoderConfig(MethodConfig):
+    """Settings shared by the dual-encoder methods (each method's Config extends this)."""
+
+    batching: Literal["random", "clustered"] = "clustered"  # NGAME negative-mining-aware batches
+    cluster_size: int = Field(default=8, ge=1)  # queries per cluster when clustering starts
+    cluster_start_epoch: int = Field(default=10, ge=0)  # NGAME: random batches before epoch 10
+    recluster_every: int = Field(default=5, ge=1)  # NGAME: re-cluster every 5 epochs
+    encode_batch_size: int = Field(default=256, gt=0)  # no-grad encoding (refreshes, predict)
+    search_backend: Literal["torch", "faiss"] = "torch"
+
+
+def build_encoder(recipe, *, dropout: float = 0.0, projection_dim: int | None = None, normalize: bool | None = None):
+    from xmcbench.encoders import TextEncoder
+
+    e = recipe.encoder
+    return TextEncoder(e.name, pooling=e.pooling, normalize=e.normalize if normalize is None else normalize,
+                       max_length=e.max_length, revision=e.revision, projection_dim=projection_dim, dropout=dropout)
+
+
+def build_encoder_from(folder, recipe):
+    """Load an encoder saved by ``TextEncoder.save`` (its projection comes back with it)."""
+    from xmcbench.encoders import TextEncoder
+
+    e = recipe.encoder
+    return TextEncoder(str(folder), pooling=e.pooling, normalize=e.normalize, max_length=e.max_length)
+
+
+@dataclass
+class TokenisedTask:
+    """Token caches of the training queries and of the labels."""
+
+    queries: "TokenCache"  # noqa: F821
+    labels: "TokenCache"  # noqa: F821
+
+
+def tokenise(encoder, task: TrainTask, recipe, progress: bool) -> TokenisedTask:
+    from xmcbench.data.tokenized import TokenCache
+
+    e = recipe.encoder
+    label_len = e.label_max_length or e.max_length
+    queries = TokenCache.build_or_load(task.train_texts, encoder.tokenizer, e.max_length,
+                                       (task.dataset_name, "train", "query"), version=task.dataset_version,
+                                       progress=progress)
+    labels = TokenCache.build_or_load(task.label_texts, encoder.tokenizer, label_len,
+                                      (task.dataset_name, "labels", "title"), version=task.dataset_version,
+                                      progress=progress)
+    return TokenisedTask(queries, labels)
+
+
+def embed(encoder, cache, indices: np.ndarray, device: str) -> torch.Tensor:
+    """Φ of the cached texts ``indices`` -> (b, d), with a graph when grad is enabled."""
+    batch = cache.batch(indices)
+    return encoder(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+
+
+@torch.no_grad()
+def encode_all(encoder, cache, device: str, precision: str, batch_size: int, *, rows: np.ndarray | None = None,
+               progress: bool = False, description: str = "encode") -> np.ndarray:
+    """Φ of every cached text (or of ``rows``) without a graph -> (N, d) float32, length-sorted batches."""
+    from xmcbench.train import autocast
+
+    was_training = encoder.training
+    encoder.eval()
+    rows = np.arange(len(cache)) if rows is None else np.asarray(rows)
+    order = rows[np.argsort(np.asarray(cache.lengths[rows]), kind="stable")]
+    position = np.empty(len(cache), dtype=np.int64)
+    position[rows] = np.arange(rows.size)
+    out = np.empty((rows.size, encoder.dim), dtype=np.float32)
+    with progress_task(description, rows.size, enabled=progress) as advance:
+        for start in range(0, order.size, batch_size):
+            idx = order[start : start + batch_size]
+            with autocast(device, precision):
+                emb = embed(encoder, cache, idx, device)  # (b, d)
+            out[position[idx]] = emb.float().cpu().numpy()
+            advance(idx.size)
+    encoder.train(was_training)
+    return out
+
+
+def labelled_rows(labels: sparse.csr_matrix | None) -> np.ndarray:
+    """Training queries with at least one (visible) positive: the only ones a supervised loss can use."""
+    if labels is None:
+        raise XmcbenchError("this method is supervised: it needs training labels (supervision full or few_shot)")
+    rows = np.flatnonzero(np.diff(labels.indptr) > 0)
+    if rows.size == 0:
+        raise XmcbenchError("no training query has a visible label; check the supervision settings")
+    return rows
+
+
+def make_sampler(config: DualEncoderConfig, n_queries: int, batch_size: int, seed: int):
+    from xmcbench.sampling import ClusterBatchSampler, ClusterSchedule, RandomBatchSampler
+
+    if config.batching == "random":
+        return RandomBatchSampler(n_queries, batch_size, seed=seed), None
+    schedule = ClusterSchedule(cluster_size=config.cluster_size, start_epoch=config.cluster_start_epoch,
+                               every=config.recluster_every)
+    return ClusterBatchSampler(n_queries, batch_size, seed=seed), schedule
+
+
+def recluster(sampler, schedule, epoch: int, query_emb: np.ndarray, seed: int, device: str) -> None:
+    """Balanced hierarchical 2-means of the current query embeddings (NGAME), when the schedule says so."""
+    from xmcbench.sampling import balanced_kmeans
+
+    step = schedule(epoch)
+    clusters = balanced_kmeans(query_emb, cluster_size=step.cluster_size, seed=seed + epoch, device=device)
+    sampler.set_clusters(clusters)
+
+
+def clustering_due(schedule, epoch: int, sampler) -> bool:
+    if schedule is None:
+        return False
+    step = schedule(epoch)
+    # A resumed run whose sampler has no clusters yet must build them even off-schedule.
+    return step.cluster_size is not None and (step.recluster or sampler.n_clusters is None)
+
+
+def steps_per_epoch(n_queries: int, batch_size: int) -> int:
+    return math.ceil(n_queries / batch_size)
+
+
+def predict_topk(encoder, texts: Sequence[str], label_emb: np.ndarray, k: int, ctx: RunContext,
+                 batch_size: int, backend: str = "torch") -> sparse.csr_matrix:
+    """Exact maximum-inner-product search of the queries' Φ against ``label_emb`` (L, d)."""
+    from xmcbench.search.exact import exact_topk
+
+    queries = encoder.encode(texts, batch_size=batch_size, device=ctx.device, progress=ctx.progress,
+                             description="encode queries")  # (N, d)
+    return exact_topk(queries, label_emb, k, device=ctx.device, backend=backend)
+
+
+def dense_targets(labels: sparse.csr_matrix, rows: np.ndarray, columns: range | None = None,
+                  device: str = "cpu") -> torch.Tensor:
+    """(b, L or |columns|) bool: every positive of each query (all-negatives regime)."""
+    block = labels[rows]
+    if columns is not None:
+        block = block[:, columns.start : columns.stop]
+    block = block.tocoo()
+    out = torch.zeros(block.shape, dtype=torch.bool, device=device)
+    out[torch.from_numpy(block.row.astype(np.int64)).to(device), torch.from_numpy(block.col.astype(np.int64)).to(device)] = True
+    return out
