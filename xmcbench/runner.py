@@ -151,6 +151,7 @@ def _resolve_device(requested: str) -> str:
 def _compute_facts(device: str, world_size: int) -> dict[str, Any]:
     import torch
 
+    device = device.split(":")[0]  # cuda:LOCAL_RANK under torchrun
     facts: dict[str, Any] = {
         "device_type": device,
         "device_names": [],
@@ -182,7 +183,7 @@ def _compute_facts(device: str, world_size: int) -> dict[str, Any]:
 def _peak_memory(record: dict[str, Any], device: str) -> None:
     # ru_maxrss is in KiB on Linux
     record["compute"]["peak_host_mem_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 3)
-    if device == "cuda":
+    if device.startswith("cuda"):
         import torch
 
         record["compute"]["peak_gpu_mem_gb"] = round(torch.cuda.max_memory_allocated() / 1024**3, 3)
@@ -296,6 +297,10 @@ def run_recipe(
     ingest: bool = True,
 ) -> RunResult:
     """Run ``recipe`` (or resume run ``resume``) and return its directory and record."""
+    dist = _init_distributed(recipe, resume)
+    if not dist.is_main:
+        return _run_worker(recipe, runs_dir, resume, dist, progress)
+
     if resume:
         run_dir = _find_run(Path(runs_dir or paths.runs_dir()).expanduser(), resume)
         record = load_record(run_dir)
@@ -314,11 +319,12 @@ def run_recipe(
         (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.resolved(), sort_keys=False), encoding="utf-8")
         record = _initial_record(run_id, recipe, recipe_path, command)
     write_json_atomic(run_dir / "record.json", record)
+    _share_run_dir(run_dir)
     db_path = Path(db or recipe.output.db or paths.default_db_path()).expanduser()
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _in_main_thread() else None
     try:
-        _execute(recipe, record, run_dir, progress)
+        _execute(recipe, record, run_dir, progress, dist)
         record["status"] = "finished"
         record["finished_at"] = _now()
     except KeyboardInterrupt:
@@ -336,6 +342,34 @@ def run_recipe(
             signal.signal(signal.SIGTERM, previous)
         if ingest:
             _ingest(db_path, record, run_dir)
+    return RunResult(run_dir, record)
+
+
+def _init_distributed(recipe: Recipe | None, resume: str | None):
+    """Join torchrun's process group when WORLD_SIZE > 1 (one process per GPU), else a no-op."""
+    from xmcbench.train import init_distributed
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return init_distributed()
+    device = recipe.hardware.devices if recipe is not None else "auto"
+    return init_distributed(device=None if device == "auto" else device)
+
+
+def _share_run_dir(run_dir: Path | None) -> Path:
+    """Rank 0 names the run; every rank gets its directory (checkpoints are collective)."""
+    from xmcbench.train.distributed import all_gather_objects
+
+    return Path(all_gather_objects(str(run_dir) if run_dir else None)[0])
+
+
+def _run_worker(recipe: Recipe | None, runs_dir, resume: str | None, dist, progress: bool) -> RunResult:
+    """A non-zero rank under torchrun: train with the others; rank 0 records, predicts and evaluates."""
+    run_dir = _share_run_dir(None)
+    if recipe is None:  # resume: rank 0 has checked the run; read the same recorded recipe
+        recipe = recipe_from_dict(yaml.safe_load((run_dir / "recipe.yaml").read_text()), str(run_dir / "recipe.yaml"))
+    record = load_record(run_dir) if resume else _initial_record(run_dir.name, recipe, None, None)
+    record["phases_done"] = [p for p in record.get("phases_done", []) if p in ("prepare",)]
+    _execute(recipe, record, run_dir, False, dist)
     return RunResult(run_dir, record)
 
 
@@ -370,12 +404,15 @@ def _ingest(db_path: Path, record: dict[str, Any], run_dir: Path) -> None:
         store.ingest_record(record, run_dir)
 
 
-def _execute(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bool) -> None:
+def _execute(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bool, dist) -> None:
     from xmcbench import metrics
     from xmcbench.search.sparse_topk import remove_pairs, topk_csr
+    from xmcbench.train import barrier
 
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = dist.world_size
     device = _resolve_device(recipe.hardware.devices)
+    if device == "cuda" and world_size > 1:
+        device = str(dist.device)  # cuda:LOCAL_RANK
     precision = recipe.training.precision
     if precision == "auto":
         precision = "bf16" if device == "cuda" else "fp32"
@@ -388,11 +425,13 @@ def _execute(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bo
     done: list[str] = record["phases_done"]
 
     def mark(phase: str) -> None:
+        if not dist.is_main:
+            return
         if phase not in done:
             done.append(phase)
         record["compute"]["gpu_hours"] = (
             (walls.get("train", 0.0) + walls.get("predict", 0.0)) / 3600 * record["compute"]["device_count"]
-            if device == "cuda" else 0.0
+            if device.startswith("cuda") else 0.0
         )
         _peak_memory(record, device)
         record["updated_at"] = _now()
@@ -400,7 +439,11 @@ def _execute(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bo
 
     # 1. prepare
     with timed(walls, "prepare"):
+        if not dist.is_main:
+            barrier()  # rank 0 synthesises / downloads / prepares first
         dataset = ensure_dataset(recipe, progress)
+        if dist.is_main:
+            barrier()
         split = recipe.evaluation.split
         a = recipe.evaluation.propensity_a if recipe.evaluation.propensity_a is not None else dataset.spec.propensity_a
         b = recipe.evaluation.propensity_b if recipe.evaluation.propensity_b is not None else dataset.spec.propensity_b
@@ -434,7 +477,11 @@ def _execute(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bo
             method.load(model_dir)
         else:
             method.fit(build_train_task(recipe, dataset, inv_prop), ctx)
-            method.save(model_dir)
+            if dist.is_main:
+                method.save(model_dir)
+    if not dist.is_main:
+        return  # prediction and evaluation happen once, on rank 0
+    record["compute"]["world_size"] = world_size
     total, trainable = method.parameter_counts()
     record["model"].update(params_total=int(total), params_trainable=int(trainable))
     mark("train")

@@ -131,11 +131,15 @@ class DexmlMethod:
                         loss, pool_size = self._all_negatives_step(batch_rows, labels, tokens, ctx, world, rank)
                         accounting_update_all(ctx, labels, batch_rows)
                     else:
+                        if world > 1:  # each rank takes its share of the global batch; gradients are averaged
+                            mine = np.array_split(np.arange(batch.size), world)[rank]
+                            batch, batch_rows = batch[mine], batch_rows[mine]
                         loss, pool = self._hard_negative_step(batch_rows, batch, labels, shortlist, tokens, ctx,
                                                               epoch, step)
                         pool_size = pool.size
                         accounting.update(pool)
-                    _optimizer_step(self.encoder, optimizer, scheduler, t.grad_clip, world)
+                    _optimizer_step(self.encoder, optimizer, scheduler, t.grad_clip, world,
+                                    op="sum" if c.regime == "all_negatives" else "mean")
                     ctx.record_pool(pool_size)
                     step += 1
                     advance(1)
@@ -277,13 +281,14 @@ def accounting_update_all(ctx: RunContext, labels: sparse.csr_matrix, batch_rows
     ctx.accounting["positives_per_query"] = float(np.diff(labels.indptr)[batch_rows].mean())
 
 
-def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int) -> None:
+def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int, op: str) -> None:
     from xmcbench.train import all_reduce_gradients, clip_gradients
 
     params = [p for p in encoder.parameters() if p.requires_grad]
     if world > 1:
-        # Each rank's backward holds the gradient of its own queries and label shard: sum them.
-        all_reduce_gradients(params, op="sum")
+        # all negatives: each rank holds the gradient of its queries and label shard of one global
+        # loss, so they are summed; hard negatives: each rank has its own loss, so they are averaged.
+        all_reduce_gradients(params, op=op)
     clip_gradients(params, grad_clip)
     optimizer.step()
     scheduler.step()

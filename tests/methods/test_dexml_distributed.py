@@ -1,0 +1,42 @@
+"""DEXML under torchrun: 2 CPU processes (gloo) train the same model as 1 process.
+
+All-negatives regime: labels are sharded over the ranks, query embeddings all-gathered, the
+softmax sums all-reduced and the gradients summed (DEXML Appendix B.5), so with dropout off the
+two-process run must end with the label embeddings of the one-process run.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from xmcbench.runner import load_record, run_recipe
+
+
+@pytest.mark.slow
+def test_two_process_all_negatives_run_matches_one_process(tiny_recipe, tmp_path):
+    recipe = tiny_recipe("{name: dexml, regime: all_negatives, dropout: 0.0, gradcache_chunk: 16, temperature: 0.1, "
+                         "batching: random}", epochs=1)
+    path = sorted(tmp_path.glob("recipe-*.yaml"))[-1]
+    single = run_recipe(recipe, runs_dir=tmp_path / "one", db=tmp_path / "one.duckdb", progress=False)
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--nnodes", "1",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
+        "-m", "xmcbench", "run", str(path), "--quiet",
+        "--runs-dir", str(tmp_path / "two"), "--db", str(tmp_path / "two.duckdb"),
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    (run_dir,) = (tmp_path / "two").iterdir()  # one run, named by rank 0
+    record = load_record(run_dir)
+    assert record["status"] == "finished" and record["compute"]["world_size"] == 2
+    assert record["accounting"]["pool_size_max"] == record["task"]["n_labels"]
+    one = np.load(single.run_dir / "checkpoints" / "model" / "label_embeddings.npy")
+    two = np.load(run_dir / "checkpoints" / "model" / "label_embeddings.npy")
+    np.testing.assert_allclose(two, one, atol=2e-4)
+    assert record["scores"][0]["value"] == pytest.approx(single.record["scores"][0]["value"], abs=1e-6)
