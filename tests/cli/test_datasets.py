@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the
 from httpserver import QUOTA_PAGE, FileServer  # noqa: E402
 
 from xmcbench import paths  # noqa: E402
-from xmcbench.cli import _common  # noqa: E402
 from xmcbench.cli.datasets import app  # noqa: E402
 from xmcbench.data.registry import LF_FILES, DatasetSpec, Source, get_spec, save_local_spec  # noqa: E402
 
@@ -28,7 +27,7 @@ runner = CliRunner()
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(_common.console, "width", 200)  # wide tables: no cut-off names in assertions
+    monkeypatch.setenv("COLUMNS", "200")  # wide tables: no cut-off names in assertions
     return tmp_path / "home"
 
 
