@@ -132,3 +132,21 @@ def load_recipe_override(recipe, section, value):
     data[section] = value
     data["method"] = {"name": recipe.method.name}
     return type(recipe).model_validate(data)
+
+
+@pytest.mark.slow
+def test_parallel_runs_on_a_cold_dataset_are_all_recorded(tmp_path):
+    """Four `xmcbench run` processes at once, dataset not yet generated, one database: all recorded."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.format(tag="par"))
+    env = {**os.environ, "XMCBENCH_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
+    db = tmp_path / "shared.duckdb"
+    procs = [subprocess.Popen([sys.executable, "-m", "xmcbench", "run", str(recipe), "--quiet", "--db", str(db),
+                               "--set", f"training.seed={i}"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(4)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outputs)
+    with Store.open(db) as store:
+        runs = store.runs()
+        assert len(runs) == 4 and {r["status"] for r in runs} == {"finished"}
+        assert all(len(store.scores(run_id=r["run_id"])) > 0 for r in runs)
