@@ -90,7 +90,6 @@ class TrainingSection(Section):
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
     seed: int = 0
     validation_fraction: float = Field(default=0.0, ge=0, lt=1)  # model selection never sees test
-    checkpoint_every: int = Field(default=1, ge=1)  # epochs
 
 
 class EvaluationSection(Section):
@@ -122,13 +121,12 @@ class EvaluationSection(Section):
 
 class HardwareSection(Section):
     devices: Literal["auto", "cpu", "cuda"] = "auto"
-    num_gpus: int = Field(default=1, ge=1)  # >1 means torchrun with that many processes
+    num_gpus: int = Field(default=1, ge=1)  # >1: launch with torchrun --nproc-per-node num_gpus
 
 
 class OutputSection(Section):
     runs_dir: str | None = None  # default: $XMCBENCH_HOME/runs
     db: str | None = None  # default: $XMCBENCH_HOME/xmcbench.duckdb
-    save_model: bool = False
 
 
 class MethodSection(BaseModel):
@@ -157,11 +155,12 @@ class Recipe(Section):
     @field_validator("expect")
     @classmethod
     def _floors(cls, value: dict[str, str]) -> dict[str, str]:
-        for metric, rule in value.items():
-            if not METRIC_NAME.match(metric):
-                raise ValueError(f"expect: {metric!r} is not a metric name like P@1, nDCG@5, PSP@3, R@100")
-            if not FLOOR.match(str(rule)):
-                raise ValueError(f"expect: {metric}: {rule!r} is not a bound like '>= 30' or '> 12.5'")
+        bad = [f"{metric!r} is not a metric name like P@1, nDCG@5, PSP@3, R@100"
+               for metric in value if not METRIC_NAME.match(metric)]
+        bad += [f"{metric}: {rule!r} is not a bound like '>= 30' or '> 12.5'"
+                for metric, rule in value.items() if not FLOOR.match(str(rule))]
+        if bad:
+            raise ValueError("; ".join(bad))
         return value
 
     def method_config(self) -> BaseModel:
@@ -335,7 +334,18 @@ def check_recipe(path: str | Path, overrides: list[str] | None = None) -> tuple[
         return None, problems
     problems = _method_problems(file, data["method"])
     problems += _dataset_problems(file, recipe)
+    problems += _supervision_problems(file, recipe)
     return (recipe if not problems else None), problems
+
+
+def _supervision_problems(file: str, recipe: Recipe) -> list[Problem]:
+    from xmcbench.methods import METHODS
+
+    if recipe.supervision.mode == "zero_shot" and recipe.method.name in METHODS:
+        if METHODS.get(recipe.method.name).requires_labels:
+            return [Problem(file, "supervision.mode", f"method {recipe.method.name} trains on labels; it cannot "
+                            "run zero_shot", "use mode full or few_shot, or a zero-shot method")]
+    return []
 
 
 def _method_problems(file: str, method: dict[str, Any]) -> list[Problem]:

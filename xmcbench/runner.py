@@ -182,12 +182,15 @@ def _compute_facts(device: str, world_size: int) -> dict[str, Any]:
 
 
 def _peak_memory(record: dict[str, Any], device: str) -> None:
-    # ru_maxrss is in KiB on Linux
-    record["compute"]["peak_host_mem_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 3)
+    """Peak memory of this process, kept as the maximum over the run's attempts (resumes)."""
+    compute = record["compute"]
+    host = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 3)  # ru_maxrss: KiB on Linux
+    compute["peak_host_mem_gb"] = max(host, compute.get("peak_host_mem_gb") or 0.0)
     if device.startswith("cuda"):
         import torch
 
-        record["compute"]["peak_gpu_mem_gb"] = round(torch.cuda.max_memory_allocated() / 1024**3, 3)
+        gpu = round(torch.cuda.max_memory_allocated() / 1024**3, 3)
+        compute["peak_gpu_mem_gb"] = max(gpu, compute.get("peak_gpu_mem_gb") or 0.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,7 +297,7 @@ def _initial_record(run_id: str, recipe: Recipe, recipe_path: str | None, comman
         "provenance": {
             "xmcbench_version": __version__, "git_commit": commit, "git_dirty": dirty,
             "recipe_hash": recipe.hash(), "recipe_path": recipe_path,
-            "command": command or " ".join(["xmcbench", *sys.argv[1:]]),
+            "command": _redact(command or " ".join(["xmcbench", *sys.argv[1:]])),
             "seed": recipe.training.seed, "packages": _packages(), "python": platform.python_version(),
             "platform": platform.platform(), "host": socket.gethostname(), "pid": os.getpid(),
         },
@@ -330,16 +333,25 @@ def run_recipe(
             raise XmcbenchError(f"run {record['run_id']} is still running (pid {record['provenance'].get('pid')})")
         recipe = recipe_from_dict(yaml.safe_load((run_dir / "recipe.yaml").read_text()), str(run_dir / "recipe.yaml"))
         record.update(status="running", error=None, updated_at=_now())
+        commit, dirty = _git_state()
+        # Each resume may run other code: keep what every attempt ran with.
+        record.setdefault("attempts", []).append({
+            "resumed_at": _now(), "git_commit": commit, "git_dirty": dirty, "xmcbench_version": __version__,
+            "packages": _packages(), "command": _redact(command or " ".join(["xmcbench", *sys.argv[1:]])),
+            "host": socket.gethostname(),
+        })
         record["provenance"].update(pid=os.getpid(), host=socket.gethostname())
-        record.setdefault("resumed_at", []).append(_now())
     else:
         runs_root = Path(runs_dir or recipe.output.runs_dir or paths.runs_dir()).expanduser()
         runs_root.mkdir(parents=True, exist_ok=True)
         run_id, run_dir = _new_run_dir(runs_root, recipe)
-        (run_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe.resolved(), sort_keys=False), encoding="utf-8")
+        resolved = recipe.resolved()
+        if resolved["dataset"].get("source"):
+            resolved["dataset"]["source"] = _redact(resolved["dataset"]["source"])
+        (run_dir / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
         record = _initial_record(run_id, recipe, recipe_path, command)
     write_json_atomic(run_dir / "record.json", record)
-    _share_run_dir(run_dir)
+    _share_run_dir(run_dir, record["phases_done"])
     db_path = Path(db or recipe.output.db or paths.default_db_path()).expanduser()
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _in_main_thread() else None
@@ -353,7 +365,7 @@ def run_recipe(
         raise
     except BaseException as exc:
         record["status"] = "failed"
-        record["error"] = f"{type(exc).__name__}: {exc}"
+        record["error"] = _redact(f"{type(exc).__name__}: {exc}")
         raise
     finally:
         record["updated_at"] = _now()
@@ -369,28 +381,47 @@ def _init_distributed(recipe: Recipe | None, resume: str | None):
     """Join torchrun's process group when WORLD_SIZE > 1 (one process per GPU), else a no-op."""
     from xmcbench.train import init_distributed
 
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    wanted = recipe.hardware.num_gpus if recipe is not None else None
+    if wanted is not None and wanted > 1 and world != wanted:
+        raise XmcbenchError(
+            f"the recipe asks for hardware.num_gpus={wanted} but this is {world} process(es); launch with "
+            f"`torchrun --nproc-per-node {wanted} -m xmcbench run RECIPE`, or set hardware.num_gpus={world}"
+        )
+    if world <= 1:
         return init_distributed()
     device = recipe.hardware.devices if recipe is not None else "auto"
     return init_distributed(device=None if device == "auto" else device)
 
 
-def _share_run_dir(run_dir: Path | None) -> Path:
-    """Rank 0 names the run; every rank gets its directory (checkpoints are collective)."""
+def _share_run_dir(run_dir: Path | None, phases_done: list[str] | None = None) -> tuple[Path, list[str]]:
+    """Rank 0 names the run and says which phases are done; every rank gets both."""
     from xmcbench.train.distributed import all_gather_objects
 
-    return Path(all_gather_objects(str(run_dir) if run_dir else None)[0])
+    shared = all_gather_objects((str(run_dir) if run_dir else None, list(phases_done or [])))[0]
+    return Path(shared[0]), shared[1]
 
 
 def _run_worker(recipe: Recipe | None, runs_dir, resume: str | None, dist, progress: bool) -> RunResult:
     """A non-zero rank under torchrun: train with the others; rank 0 records, predicts and evaluates."""
-    run_dir = _share_run_dir(None)
+    from xmcbench.train import barrier
+
+    run_dir, phases_done = _share_run_dir(None)
     if recipe is None:  # resume: rank 0 has checked the run; read the same recorded recipe
         recipe = recipe_from_dict(yaml.safe_load((run_dir / "recipe.yaml").read_text()), str(run_dir / "recipe.yaml"))
-    record = load_record(run_dir) if resume else _initial_record(run_dir.name, recipe, None, None)
-    record["phases_done"] = [p for p in record.get("phases_done", []) if p in ("prepare",)]
+    record = _initial_record(run_dir.name, recipe, None, None)
+    if "train" in phases_done:
+        barrier()  # matches rank 0's barrier after preparing the dataset; rank 0 loads the trained model
+        return RunResult(run_dir, record)
     _execute(recipe, record, run_dir, False, dist)
     return RunResult(run_dir, record)
+
+
+def _redact(text: str) -> str:
+    """Tokens (URL credentials, ?token=, hf_...) never reach a record, a log or the database."""
+    from xmcbench.data.download import redact
+
+    return redact(text)
 
 
 def _in_main_thread() -> bool:
@@ -435,13 +466,14 @@ def _execute(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bo
         device = str(dist.device)  # cuda:LOCAL_RANK
     precision = recipe.training.precision
     if precision == "auto":
-        precision = "bf16" if device == "cuda" else "fp32"
+        precision = "bf16" if device.startswith("cuda") else "fp32"
     ctx = RunContext(run_dir=run_dir, device=device, precision=precision, seed=recipe.training.seed,
                      progress=progress, world_size=world_size, accounting=record["accounting"])
     ctx.seed_everything()
     walls: dict[str, float] = dict(record["compute"].get("wall_time_s", {}))
+    peaks = {k: record["compute"].get(k) for k in ("peak_host_mem_gb", "peak_gpu_mem_gb")}
     record["compute"] = _compute_facts(device, world_size)
-    record["compute"]["wall_time_s"] = walls
+    record["compute"].update(wall_time_s=walls, precision=precision, **{k: v for k, v in peaks.items() if v})
     done: list[str] = record["phases_done"]
 
     def mark(phase: str) -> None:

@@ -47,12 +47,17 @@ def run_smoke(directory: Path | None = None, *, db: Path | None = None, runs_dir
     outcomes = []
     for path in smoke_recipes(directory, only):
         outcome = SmokeOutcome(path)
-        recipe = load_recipe(path)
+        try:
+            recipe = load_recipe(path)
+        except XmcbenchError as exc:
+            outcome.failures.append(str(exc))
+            outcomes.append(outcome)
+            continue
         try:
             outcome.result = run_recipe(recipe, recipe_path=str(path), db=db, runs_dir=runs_dir, progress=progress,
                                         command=f"xmcbench smoke ({path.name})")
-        except XmcbenchError as exc:
-            outcome.failures.append(f"run failed: {exc}")
+        except Exception as exc:  # one broken recipe must not hide the others' results
+            outcome.failures.append(f"run failed: {type(exc).__name__}: {exc}")
         else:
             outcome.failures = outcome.result.failed_floors(recipe.expect)
         outcomes.append(outcome)

@@ -28,14 +28,14 @@ def tiny_recipe(tmp_path, tiny_encoder_dir):
     from xmcbench.recipe import load_recipe
 
     def make(method_yaml: str, *, epochs: int = 2, extra: str = "", labels: int = 60, train: int = 300,
-             test: int = 60):
+             test: int = 60, batch_size: int = 32):
         path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*.yaml')))}.yaml"
         path.write_text(
             f"name: tiny\n"
             f"dataset: {{name: synth-tiny, synthetic: {{labels: {labels}, train: {train}, test: {test}, seed: 1}}}}\n"
             f"method: {method_yaml}\n"
             f"encoder: {{name: '{tiny_encoder_dir}', max_length: 16}}\n"
-            f"training: {{epochs: {epochs}, batch_size: 32, lr: 0.001, warmup_ratio: 0.0}}\n"
+            f"training: {{epochs: {epochs}, batch_size: {batch_size}, lr: 0.001, warmup_ratio: 0.0}}\n"
             f"evaluation: {{k: [1, 5], top_k: 10, bootstrap: 20}}\n"
             f"hardware: {{devices: cpu}}\n" + extra
         )

@@ -54,7 +54,7 @@ def test_all_negatives_step_equals_plain_decoupled_softmax(tiny_recipe, tmp_path
     rows = de.labelled_rows(task.train_labels)[:16]
 
     method.encoder.eval()  # BERT's own dropout would draw differently in the two computations
-    loss, _ = method._all_negatives_step(rows, task.train_labels, tokens, ctx, world=1, rank=0)
+    loss = method._all_negatives_step(rows, task.train_labels, tokens, ctx, world=1, rank=0, epoch=0, step=0)
     cached_grads = [None if p.grad is None else p.grad.clone() for p in method.encoder.parameters()]
     assert sum(g is not None for g in cached_grads) > 10
     method.encoder.zero_grad()

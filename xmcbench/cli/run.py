@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -53,6 +54,8 @@ def run(
         err_console.print("[yellow]interrupted[/]: the run is recorded as interrupted; resume it with "
                           "`xmcbench run --resume <run id>` (see `xmcbench runs list`)")
         raise typer.Exit(130) from None
+    if int(os.environ.get("RANK", "0")) != 0:
+        return  # under torchrun, rank 0 reports
     print_scores(result.record)
     console.print(f"run directory: {result.run_dir}")
 

@@ -59,7 +59,8 @@ class RunContext:
     progress: bool = True
     world_size: int = 1
     accounting: dict[str, Any] = field(default_factory=dict)
-    _pool_sizes: list[int] = field(default_factory=list)
+    _pool_steps: int = 0
+    _pool_sum: int = 0
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -68,11 +69,16 @@ class RunContext:
         return path
 
     def record_pool(self, pool_size: int) -> None:
-        """Called once per training step with the number of labels in that step's loss."""
-        self._pool_sizes.append(int(pool_size))
-        self.accounting["pool_size_mean"] = float(np.mean(self._pool_sizes))
-        self.accounting["pool_size_max"] = int(max(self._pool_sizes))
-        self.accounting["steps"] = len(self._pool_sizes)
+        """Called once per training step with the number of labels in that step's loss.
+
+        Counts this process's steps only; a method that resumes from a checkpoint should report
+        totals it checkpointed itself (as DEXML does) so a resumed run covers all of training.
+        """
+        self._pool_steps += 1
+        self._pool_sum += int(pool_size)
+        self.accounting["pool_size_mean"] = self._pool_sum / self._pool_steps
+        self.accounting["pool_size_max"] = max(int(pool_size), int(self.accounting.get("pool_size_max") or 0))
+        self.accounting["steps"] = self._pool_steps
 
     def seed_everything(self) -> None:
         random.seed(self.seed)

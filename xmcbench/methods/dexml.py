@@ -73,9 +73,9 @@ class DexmlMethod:
         c, t = self.config, self.recipe.training
         labels = task.train_labels
         world, rank = get_world_size(), get_rank()
-        if c.loss == "soft_top_k" and c.regime == "all_negatives" and world > 1:
-            raise XmcbenchError("SoftTop-k with all negatives is implemented for one process; use "
-                                "loss: decoupled_softmax across GPUs, or hard_negatives")
+        if c.loss == "soft_top_k" and world > 1:
+            raise XmcbenchError("SoftTop-k is implemented for one process; use loss: decoupled_softmax "
+                                "across GPUs (the label shards' softmax sums are all-reduced)")
 
         # 1. encoder, token caches, training rows (a validation split is carved out when asked)
         self.encoder = de.build_encoder(self.recipe, dropout=c.dropout).to(ctx.device)
@@ -84,7 +84,8 @@ class DexmlMethod:
         rows, val_rows = _split_validation(rows, t.validation_fraction, t.seed)
 
         # 2. optimiser, schedule, sampler
-        sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed)
+        # Across GPUs every batch must hold at least one query per rank: drop the ragged last one.
+        sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed, drop_last=world > 1)
         lr = t.lr * (world if c.lr_scale_with_gpus else 1)
         optimizer = build_optimizer([(self.encoder.named_parameters(), lr)], t.weight_decay)
         total_steps = t.epochs * len(sampler)
@@ -102,6 +103,7 @@ class DexmlMethod:
             accounting.load_state_dict(extra.get("accounting", {}))
         shortlist = _load_array(ctx.checkpoint_dir / "shortlist.npy") if c.regime == "hard_negatives" else None
         best = extra.get("best_val_p1", -1.0)
+        positives_seen, queries_seen = extra.get("positives_seen", 0), extra.get("queries_seen", 0)
 
         # 4. epochs
         for epoch in range(start_epoch, t.epochs):
@@ -118,7 +120,7 @@ class DexmlMethod:
                     label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision,
                                               c.encode_batch_size, progress=ctx.progress,
                                               description=f"epoch {epoch}: encode labels")  # (L, d)
-                    shortlist = _build_shortlist(query_emb, label_emb, c.shortlist_k, ctx)
+                    shortlist = _build_shortlist(query_emb, label_emb, labels[rows], c.shortlist_k, ctx)
             sampler.set_epoch(epoch)
             self.encoder.train()
             from xmcbench.progress import task as progress_task
@@ -128,86 +130,126 @@ class DexmlMethod:
                 for batch in sampler:
                     batch_rows = rows[batch]  # (b,) training query ids
                     if c.regime == "all_negatives":
-                        loss, pool_size = self._all_negatives_step(batch_rows, labels, tokens, ctx, world, rank)
-                        accounting_update_all(ctx, labels, batch_rows)
+                        loss = self._all_negatives_step(batch_rows, labels, tokens, ctx, world, rank, epoch, step)
+                        positives_seen += int(np.diff(labels.indptr)[batch_rows].sum())
+                        queries_seen += batch_rows.size
                     else:
-                        if world > 1:  # each rank takes its share of the global batch; gradients are averaged
-                            mine = np.array_split(np.arange(batch.size), world)[rank]
-                            batch, batch_rows = batch[mine], batch_rows[mine]
                         loss, pool = self._hard_negative_step(batch_rows, batch, labels, shortlist, tokens, ctx,
-                                                              epoch, step)
-                        pool_size = pool.size
+                                                              epoch, step, world, rank)
                         accounting.update(pool)
-                    _optimizer_step(self.encoder, optimizer, scheduler, t.grad_clip, world,
-                                    op="sum" if c.regime == "all_negatives" else "mean")
-                    ctx.record_pool(pool_size)
+                    # Each rank backpropagated its share (its queries, its label shard) of one global
+                    # loss, so the gradients are summed over ranks (DEXML Appendix B.5).
+                    _optimizer_step(self.encoder, optimizer, scheduler, t.grad_clip, world)
                     step += 1
                     advance(1)
-            if val_rows.size:
+            if val_rows.size and is_main():
                 p1 = self._validation_p1(val_rows, labels, tokens, ctx)
                 if p1 > best:
                     best = p1
-                    self.encoder.save(ctx.checkpoint_dir / "best")
-            extra = {"accounting": accounting.state_dict(), "best_val_p1": best}
+                    _save_encoder_atomic(self.encoder, ctx.checkpoint_dir / "best")
+            extra = {"accounting": accounting.state_dict(), "best_val_p1": best,
+                     "positives_seen": positives_seen, "queries_seen": queries_seen}
             if need_shortlist and shortlist is not None and is_main():
                 _save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
             save_checkpoint(ckpt_dir, epoch + 1, step, self.encoder, optimizer, scheduler,
                             sampler_state=sampler.state_dict(), extra=extra)
 
-        # 5. the model to keep, and its label embeddings for prediction
+        # 5. the model to keep, and its label embeddings for prediction (rank 0 predicts)
+        if not is_main():
+            return
         if val_rows.size and (ctx.checkpoint_dir / "best").exists():
             self.encoder = de.build_encoder_from(ctx.checkpoint_dir / "best", self.recipe).to(ctx.device)
         self.label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size,
                                        progress=ctx.progress, description="encode labels")
-        ctx.accounting.update(
-            batch_size=t.batch_size,
-            hard_negatives_per_query=c.hard_negatives if c.regime == "hard_negatives" else None,
-            refresh_interval=c.refresh_every if c.regime == "hard_negatives" else None,
-            validation_p1=best if val_rows.size else None,
-        )
-        if c.regime == "hard_negatives" and accounting.steps:
+        # Totals come from the checkpointed counters, so a resumed run reports the whole training.
+        ctx.accounting.update(batch_size=t.batch_size, steps=step, world_size=world,
+                              validation_p1=best if val_rows.size else None)
+        if c.regime == "all_negatives":
+            ctx.accounting.update(pool_size_mean=float(labels.shape[1]), pool_size_max=int(labels.shape[1]),
+                                  positives_per_query=positives_seen / max(queries_seen, 1),
+                                  hard_negatives_per_query=None, refresh_interval=None)
+        elif accounting.steps:
             summary = accounting.summary()
-            ctx.accounting.update(positives_per_query=summary["positives_in_pool_per_query_mean"],
-                                  hard_negatives_per_query=summary["hard_negatives_per_query_mean"])
+            ctx.accounting.update(pool_size_mean=summary["pool_size_mean"], pool_size_max=summary["pool_size_max"],
+                                  positives_per_query=summary["positives_in_pool_per_query_mean"],
+                                  hard_negatives_per_query=summary["hard_negatives_per_query_mean"],
+                                  refresh_interval=c.refresh_every)
 
     # ------------------------------------------------------------------------------------------
-    def _scores_loss(self, scores: torch.Tensor, targets: torch.Tensor, generator: torch.Generator | None):
-        """Loss of (b, P) scores already divided by τ against (b, P) bool targets."""
+    def _scores_loss(self, scores: torch.Tensor, targets: torch.Tensor, counted: torch.Tensor | None):
+        """Loss of (B, P) scores already divided by τ against (B, P) bool targets (one process).
+
+        ``counted``: with ``one_positive``, the one positive per row that gets a term; every
+        positive still stays out of the denominators (the released code's sampling).
+        """
         from xmcbench.losses import decoupled_softmax_loss, soft_top_k_loss
+        from xmcbench.losses.decoupled_softmax import decoupled_softmax_terms, negative_logsumexp
+        from xmcbench.losses.common import mean_over_rows
 
         c = self.config
         if c.loss == "soft_top_k":
             return soft_top_k_loss(scores, targets, k=c.soft_top_k, alpha=c.alpha)
-        return decoupled_softmax_loss(scores, targets, one_positive=c.one_positive, generator=generator)
+        if counted is None:
+            return decoupled_softmax_loss(scores, targets)
+        terms = decoupled_softmax_terms(scores, targets, neg_lse=negative_logsumexp(scores, targets))  # (B, P)
+        counted = counted.to(scores.device)
+        return mean_over_rows((terms * counted).sum(1), counted.sum(1))
 
-    def _hard_negative_step(self, batch_rows, batch, labels, shortlist, tokens, ctx, epoch, step):
-        """Pool = sampled positives + m shortlist negatives per query; loss over the pool."""
+    def _hard_negative_step(self, batch_rows, batch, labels, shortlist, tokens, ctx, epoch, step, world, rank):
+        """Pool = sampled positives + m shortlist negatives per query (≈ B(1+m) labels); loss over the pool.
+
+        Every rank draws the same global pool (the draws depend only on seed, epoch and step); with
+        several ranks each embeds its share of the queries and of the pool, as in the all-negatives
+        regime, so the loss is the same global loss whatever the GPU count.
+        """
         from xmcbench.sampling import build_label_pool, sample_hard_negatives, sample_positives, step_rng
-        from xmcbench.train import autocast
+        from xmcbench.train import autocast, shard_range
+        from xmcbench.train.sharded_decoupled_softmax import sharded_decoupled_softmax_loss
 
-        c = self.config
+        c, seed = self.config, self.recipe.training.seed
         positives = sample_positives(labels, batch_rows, c.positives_per_query,
-                                     step_rng(self.recipe.training.seed, epoch, step, "positives"))  # (b, β)
+                                     step_rng(seed, epoch, step, "positives"))  # (B, β)
         negatives = None
         if c.hard_negatives > 0:
             negatives = sample_hard_negatives(shortlist[batch], labels[batch_rows], c.hard_negatives,
-                                              step_rng(self.recipe.training.seed, epoch, step, "negatives"))  # (b, m)
+                                              step_rng(seed, epoch, step, "negatives"))  # (B, m)
         pool = build_label_pool(labels, batch_rows, positives, negatives)
-        pool_t = pool.tensors(ctx.device)  # labels (P,), targets (b, P)
-        with autocast(ctx.device, ctx.precision):
-            q = de.embed(self.encoder, tokens.queries, batch_rows, ctx.device)  # (b, d)
-            z = de.embed(self.encoder, tokens.labels, pool.labels, ctx.device)  # (P, d)
-        scores = (q.float() @ z.float().T) / c.temperature  # (b, P)
-        loss = self._scores_loss(scores, pool_t["targets"], _generator(self.recipe.training.seed, epoch, step))
+        targets = pool.tensors(ctx.device)["targets"]  # (B, P)
+        if world == 1:
+            with autocast(ctx.device, ctx.precision):
+                q = de.embed(self.encoder, tokens.queries, batch_rows, ctx.device)  # (B, d)
+                z = de.embed(self.encoder, tokens.labels, pool.labels, ctx.device)  # (P, d)
+            scores = (q.float() @ z.float().T) / c.temperature  # (B, P)
+            counted = _one_positive_mask(labels, batch_rows, pool.labels, seed, epoch, step) if c.one_positive else None
+            loss = self._scores_loss(scores, targets, counted)
+        else:
+            shard = shard_range(pool.size, rank, world)
+            local_rows = np.array_split(batch_rows, world)[rank]
+            q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
+            z = self._embed_or_empty(tokens.labels, pool.labels[shard.start:shard.stop], ctx)  # (P_r, d)
+            counted = None
+            if c.one_positive:
+                counted = _one_positive_mask(labels, batch_rows, pool.labels[shard.start:shard.stop], seed, epoch,
+                                             step).to(ctx.device)
+            loss = sharded_decoupled_softmax_loss(q, z, targets[:, shard.start:shard.stop],
+                                                  temperature=c.temperature, counted_shard=counted)
         loss.backward()
         return loss.detach(), pool
 
-    def _all_negatives_step(self, batch_rows, labels, tokens, ctx, world: int, rank: int):
+    def _embed_or_empty(self, cache, idx: np.ndarray, ctx) -> torch.Tensor:
+        from xmcbench.train import autocast
+
+        if idx.size == 0:
+            return torch.zeros((0, self.encoder.dim), device=ctx.device)
+        with autocast(ctx.device, ctx.precision):
+            return de.embed(self.encoder, cache, idx, ctx.device).float()
+
+    def _all_negatives_step(self, batch_rows, labels, tokens, ctx, world: int, rank: int, epoch: int, step: int):
         """Every label in the loss: gradient-cached label embeddings, sharded over ranks when world > 1."""
         from xmcbench.train import autocast, backward_chunks, cached_embeddings, shard_range
         from xmcbench.train.sharded_decoupled_softmax import sharded_decoupled_softmax_loss
 
-        c = self.config
+        c, seed = self.config, self.recipe.training.seed
         n_labels = labels.shape[1]
         shard = shard_range(n_labels, rank, world)
         chunks = [np.arange(s, min(s + c.gradcache_chunk, shard.stop)) for s in range(shard.start, shard.stop,
@@ -218,28 +260,25 @@ class DexmlMethod:
                 return de.embed(self.encoder, tokens.labels, idx, ctx.device).float()  # (η, d)
 
         local_rows = np.array_split(batch_rows, world)[rank]  # this rank's queries, in rank order
-        with autocast(ctx.device, ctx.precision):
-            q = de.embed(self.encoder, tokens.queries, local_rows, ctx.device).float()  # (b_r, d)
+        q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
         cached = cached_embeddings(label_fn, chunks) if chunks else None  # (L_r, d) leaf
+        counted = None
+        if c.one_positive:
+            counted = _one_positive_mask(labels, batch_rows, np.arange(shard.start, shard.stop), seed, epoch,
+                                         step).to(ctx.device)  # (B, L_r)
         if world > 1:
-            label_emb = cached.embeddings if cached else q.new_zeros((0, q.shape[1]), requires_grad=True)
+            label_emb = cached.embeddings if cached else q.new_zeros((0, self.encoder.dim), requires_grad=True)
             targets = de.dense_targets(labels, batch_rows, shard, ctx.device)  # (B, L_r)
-            counted = None
-            if c.one_positive:
-                from xmcbench.losses import sample_one_positive
-
-                full = de.dense_targets(labels, batch_rows, None, ctx.device)
-                counted = sample_one_positive(full, _generator(self.recipe.training.seed, 0, rank))[:, shard.start:shard.stop]
             loss = sharded_decoupled_softmax_loss(q, label_emb, targets, temperature=c.temperature,
                                                   counted_shard=counted)
         else:
-            scores = (q @ cached.embeddings.T) / c.temperature  # (b, L)
-            targets = de.dense_targets(labels, local_rows, None, ctx.device)  # (b, L)
-            loss = self._scores_loss(scores, targets, None)
+            scores = (q @ cached.embeddings.T) / c.temperature  # (B, L)
+            targets = de.dense_targets(labels, local_rows, None, ctx.device)  # (B, L)
+            loss = self._scores_loss(scores, targets, counted)
         loss.backward()  # into the query graph and the cached label embeddings
         if cached is not None:
             backward_chunks(label_fn, chunks, cached)
-        return loss.detach(), n_labels
+        return loss.detach()
 
     @torch.no_grad()
     def _validation_p1(self, val_rows, labels, tokens, ctx) -> float:
@@ -276,27 +315,34 @@ class DexmlMethod:
 
 
 # ----------------------------------------------------------------------------------------------
-def accounting_update_all(ctx: RunContext, labels: sparse.csr_matrix, batch_rows: np.ndarray) -> None:
-    """All-negatives: every positive of every query is in the pool."""
-    ctx.accounting["positives_per_query"] = float(np.diff(labels.indptr)[batch_rows].mean())
+def _one_positive_mask(labels: sparse.csr_matrix, rows: np.ndarray, columns: np.ndarray, seed: int, epoch: int,
+                       step: int) -> torch.Tensor:
+    """(B, |columns|) bool: one positive per row, drawn from the CSR, marked where it is a column.
+
+    The draw depends only on (seed, epoch, step), so every rank picks the same positive and each
+    rank marks it only if the label is in its shard.
+    """
+    from xmcbench.sampling import sample_positives, step_rng
+
+    chosen = sample_positives(labels, rows, 1, step_rng(seed, epoch, step, "one-positive"))[:, 0]  # (B,)
+    at = np.searchsorted(columns, chosen)
+    hit = (chosen >= 0) & (at < columns.size)
+    hit[hit] = columns[at[hit]] == chosen[hit]
+    mask = torch.zeros((rows.size, columns.size), dtype=torch.bool)
+    mask[torch.from_numpy(np.flatnonzero(hit)), torch.from_numpy(at[hit])] = True
+    return mask
 
 
-def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int, op: str) -> None:
+def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int) -> None:
     from xmcbench.train import all_reduce_gradients, clip_gradients
 
     params = [p for p in encoder.parameters() if p.requires_grad]
     if world > 1:
-        # all negatives: each rank holds the gradient of its queries and label shard of one global
-        # loss, so they are summed; hard negatives: each rank has its own loss, so they are averaged.
-        all_reduce_gradients(params, op=op)
+        all_reduce_gradients(params, op="sum")
     clip_gradients(params, grad_clip)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-
-
-def _generator(seed: int, epoch: int, step: int) -> torch.Generator:
-    return torch.Generator().manual_seed(hash((seed, epoch, step)) & 0x7FFFFFFF)
 
 
 def _split_validation(rows: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -309,10 +355,31 @@ def _split_validation(rows: np.ndarray, fraction: float, seed: int) -> tuple[np.
     return np.sort(rows[perm[n_val:]]), np.sort(rows[perm[:n_val]])
 
 
-def _build_shortlist(query_emb: np.ndarray, label_emb: np.ndarray, k: int, ctx: RunContext) -> np.ndarray:
+def _build_shortlist(query_emb: np.ndarray, label_emb: np.ndarray, positives: sparse.csr_matrix, k: int,
+                     ctx: RunContext) -> np.ndarray:
+    """Top-k *negative* shortlist (positives excluded), identical on every rank (rank 0's)."""
     from xmcbench.sampling import build_shortlist
+    from xmcbench.train import get_world_size
 
-    return build_shortlist(query_emb, label_emb, min(k, label_emb.shape[0]), device=ctx.device, progress=ctx.progress)
+    shortlist = build_shortlist(query_emb, label_emb, min(k, label_emb.shape[0]), exclude=positives,
+                                device=ctx.device, progress=ctx.progress)
+    if get_world_size() > 1:
+        import torch.distributed as dist
+
+        tensor = torch.from_numpy(np.ascontiguousarray(shortlist)).to(ctx.device)
+        dist.broadcast(tensor, src=0)
+        shortlist = tensor.cpu().numpy()
+    return shortlist
+
+
+def _save_encoder_atomic(encoder, folder: Path) -> None:
+    import shutil
+
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    encoder.save(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:

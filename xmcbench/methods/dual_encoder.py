@@ -111,23 +111,26 @@ def labelled_rows(labels: sparse.csr_matrix | None) -> np.ndarray:
     return rows
 
 
-def make_sampler(config: DualEncoderConfig, n_queries: int, batch_size: int, seed: int):
+def make_sampler(config: DualEncoderConfig, n_queries: int, batch_size: int, seed: int, drop_last: bool = False):
     from xmcbench.sampling import ClusterBatchSampler, ClusterSchedule, RandomBatchSampler
 
     if config.batching == "random":
-        return RandomBatchSampler(n_queries, batch_size, seed=seed), None
+        return RandomBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last), None
     schedule = ClusterSchedule(cluster_size=config.cluster_size, start_epoch=config.cluster_start_epoch,
                                every=config.recluster_every)
-    return ClusterBatchSampler(n_queries, batch_size, seed=seed), schedule
+    return ClusterBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last), schedule
 
 
 def recluster(sampler, schedule, epoch: int, query_emb: np.ndarray, seed: int, device: str) -> None:
     """Balanced hierarchical 2-means of the current query embeddings (NGAME), when the schedule says so."""
     from xmcbench.sampling import balanced_kmeans
 
+    from xmcbench.train.distributed import all_gather_objects
+
     step = schedule(epoch)
     clusters = balanced_kmeans(query_emb, cluster_size=step.cluster_size, seed=seed + epoch, device=device)
-    sampler.set_clusters(clusters)
+    # Under torchrun every rank must cut the same batches: all take rank 0's clusters.
+    sampler.set_clusters(all_gather_objects(clusters)[0])
 
 
 def clustering_due(schedule, epoch: int, sampler) -> bool:

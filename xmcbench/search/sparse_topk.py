@@ -13,7 +13,7 @@ from scipy import sparse
 
 def topk_csr(scores: sparse.spmatrix, k: int) -> sparse.csr_matrix:
     """Keep the k largest stored entries of each row (ties: lower column first)."""
-    m = sparse.csr_matrix(scores)
+    m = sparse.csr_matrix(scores, copy=True)  # sum_duplicates sorts in place: never the caller's arrays
     m.sum_duplicates()
     rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
     order = np.lexsort((m.indices, -m.data, rows))  # by row, then score desc, then label asc
