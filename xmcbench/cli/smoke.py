@@ -23,17 +23,16 @@ def smoke(
     from xmcbench.smoke import run_smoke
 
     outcomes = run_smoke(recipes_dir, db=db, runs_dir=runs_dir, only=only, progress=not quiet)
-    table = Table(title="smoke suite")
-    for col in ("recipe", "method", "dataset", "P@1", "P@5", "nDCG@5", "PSP@5", "R@100", "wall s", "floors"):
-        table.add_column(col, justify="left" if col in ("recipe", "method", "dataset", "floors") else "right")
+    datasets = sorted({o.result.record["task"]["dataset"] for o in outcomes if o.result})
+    table = Table(title=f"smoke suite on {', '.join(datasets) or '-'}")
+    for col in ("recipe", "P@1", "P@5", "nDCG@5", "PSP@5", "R@100", "wall s", "floors"):
+        table.add_column(col, justify="left" if col in ("recipe", "floors") else "right", no_wrap=True)
     for o in outcomes:
         rec = o.result.record if o.result else None
         scores = o.result.scores if o.result else {}
         wall = sum(rec["compute"].get("wall_time_s", {}).values()) if rec else 0.0
         table.add_row(
             o.recipe.stem,
-            rec["model"]["method"] if rec else "-",
-            rec["task"]["dataset"] if rec else "-",
             *[f"{scores[m]:.2f}" if m in scores else "-" for m in ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")],
             f"{wall:.0f}",
             "[green]ok[/]" if o.ok else "[red]FAIL[/]",
