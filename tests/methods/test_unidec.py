@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from xmcbench.errors import XmcbenchError
 from xmcbench.methods import dual_encoder as de
 from xmcbench.methods.base import RunContext
 from xmcbench.methods.unidec import UnidecConfig, UnidecMethod
@@ -233,3 +234,26 @@ def test_interrupted_training_resumes_onto_the_same_trajectory(trained, tiny_enc
     for name in ("label_de.npy", "label_clf.npy"):
         np.testing.assert_allclose(np.load(run_dir / "checkpoints" / "model" / name),
                                    np.load(reference.run_dir / "checkpoints" / "model" / name), atol=1e-5)
+
+
+def test_validation_split_selects_the_model_on_training_rows(tiny_recipe, tmp_path):
+    recipe = tiny_recipe(FAST, epochs=1, extra="")
+    data = recipe.model_dump()
+    data["training"]["validation_fraction"] = 0.2
+    recipe = type(recipe).model_validate(data)
+    result = run(recipe, tmp_path)
+    acc = result.record["accounting"]
+    assert 0.0 <= acc["validation_p1"] <= 100.0
+    assert acc["steps"] == 8  # 240 of the 300 labelled queries train: ceil(240 / 32)
+    assert (result.run_dir / "checkpoints" / "best.safetensors").exists()
+
+
+def test_refuses_several_processes(tiny_recipe, tmp_path, monkeypatch):
+    import xmcbench.train as train
+
+    recipe = tiny_recipe(FAST, epochs=1)
+    ds = ensure_dataset(recipe, progress=False)
+    task = build_train_task(recipe, ds, np.ones(ds.n_labels))
+    monkeypatch.setattr(train, "get_world_size", lambda: 2)
+    with pytest.raises(XmcbenchError, match="one process"):
+        UnidecMethod(recipe.method_config(), recipe).fit(task, RunContext(run_dir=tmp_path, progress=False))
