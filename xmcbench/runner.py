@@ -23,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata

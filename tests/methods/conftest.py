@@ -42,3 +42,38 @@ def tiny_recipe(tmp_path, tiny_encoder_dir):
         return load_recipe(path)
 
     return make
+
+
+@pytest.fixture
+def interrupt_then_resume(monkeypatch):
+    """Run ``recipe``, raise KeyboardInterrupt at the ``at``-th call of ``method_cls.<step>``, check the
+    run is recorded as interrupted after one checkpointed epoch, resume it, and return
+    ``(result, run_dir, steps_run_after_resume)``."""
+    import json
+
+    from xmcbench.runner import load_record, run_recipe
+
+    def go(method_cls, step: str, recipe, tmp_path, at: int = 15):
+        real = getattr(method_cls, step)
+        calls = {"n": 0, "armed": True}
+
+        def flaky(self, *args, **kwargs):
+            calls["n"] += 1
+            if calls["armed"] and calls["n"] == at:
+                raise KeyboardInterrupt
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(method_cls, step, flaky)
+        kwargs = dict(runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
+        with pytest.raises(KeyboardInterrupt):
+            run_recipe(recipe, **kwargs)
+        (run_dir,) = (tmp_path / "runs").iterdir()
+        assert load_record(run_dir)["status"] == "interrupted"
+        meta = json.loads(next((run_dir / "checkpoints" / "train").glob("epoch-*/meta.json")).read_text())
+        assert meta["epoch"] == 1
+        calls.update(n=0, armed=False)
+        result = run_recipe(None, resume=run_dir.name, **kwargs)
+        assert result.record["status"] == "finished" and result.run_dir == run_dir
+        return result, run_dir, calls["n"]
+
+    return go

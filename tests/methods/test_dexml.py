@@ -1,4 +1,3 @@
-import json
 
 import numpy as np
 import pytest
@@ -6,7 +5,7 @@ import torch
 
 from xmcbench.losses import decoupled_softmax_loss
 from xmcbench.methods.dexml import DexmlMethod
-from xmcbench.runner import load_record, run_recipe
+from xmcbench.runner import run_recipe
 
 
 def run(recipe, tmp_path, **kw):
@@ -39,7 +38,6 @@ def test_dexml_beats_its_starting_point(tiny_recipe, tmp_path):
 
 def test_all_negatives_step_equals_plain_decoupled_softmax(tiny_recipe, tmp_path):
     """The gradient-cached all-labels step gives the loss and gradients of plain backpropagation."""
-    from xmcbench.data import load_dataset
     from xmcbench.methods import dual_encoder as de
     from xmcbench.methods.base import RunContext
     from xmcbench.runner import build_train_task, ensure_dataset
@@ -71,28 +69,11 @@ def test_all_negatives_step_equals_plain_decoupled_softmax(tiny_recipe, tmp_path
             torch.testing.assert_close(got, p.grad, atol=1e-5, rtol=1e-4)
 
 
-def test_interrupted_training_resumes_from_the_epoch_checkpoint(tiny_recipe, tmp_path, monkeypatch):
+def test_interrupted_training_resumes_from_the_epoch_checkpoint(tiny_recipe, tmp_path, interrupt_then_resume):
     recipe = tiny_recipe("{name: dexml, regime: hard_negatives, refresh_every: 1}", epochs=3)
-    real = DexmlMethod._hard_negative_step
-    calls = {"n": 0}
-
-    def flaky(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 15:  # in the second epoch
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(DexmlMethod, "_hard_negative_step", flaky)
-    with pytest.raises(KeyboardInterrupt):
-        run(recipe, tmp_path)
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    assert load_record(run_dir)["status"] == "interrupted"
-    meta = json.loads(next((run_dir / "checkpoints" / "train").glob("epoch-*/meta.json")).read_text())
-    assert meta["epoch"] == 1
-    calls["n"] = -10_000
-    result = run(None, tmp_path, resume=run_dir.name)
-    assert result.record["status"] == "finished"
-    assert calls["n"] == -10_000 + 2 * 10  # only epochs 2 and 3 ran again
+    result, _, steps = interrupt_then_resume(DexmlMethod, "_hard_negative_step", recipe, tmp_path)
+    assert steps == 2 * 10  # only epochs 2 and 3 ran again
+    assert result.record["accounting"]["steps"] == 3 * 10  # accounting covers the whole training
 
 
 def test_validation_split_never_touches_test(tiny_recipe, tmp_path):

@@ -1,4 +1,3 @@
-import json
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from xmcbench.methods.prime import (
     positive_pairs,
     prime_objective,
 )
-from xmcbench.runner import build_train_task, ensure_dataset, load_record, run_recipe
+from xmcbench.runner import build_train_task, ensure_dataset, run_recipe
 
 PRIME = ("{name: prime, free_vectors: 16, prototype_ffn: 64, cluster_start_epoch: 1, cluster_size: 8, "
          "recluster_every: 1%s}")
@@ -291,30 +290,11 @@ def test_save_load_round_trip_gives_identical_predictions(tiny_recipe, tmp_path)
 
 
 @pytest.mark.slow
-def test_interrupted_training_resumes_from_the_epoch_checkpoint(tiny_recipe, tmp_path, monkeypatch):
+def test_interrupted_training_resumes_from_the_epoch_checkpoint(tiny_recipe, tmp_path, interrupt_then_resume):
     recipe = tiny_recipe(PRIME % "", epochs=3)
     clean = run(recipe, tmp_path / "clean")
-
-    real = PrimeMethod._train_step
-    calls = {"n": 0}
-
-    def flaky(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 15:  # in the second epoch
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(PrimeMethod, "_train_step", flaky)
-    with pytest.raises(KeyboardInterrupt):
-        run(recipe, tmp_path)
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    assert load_record(run_dir)["status"] == "interrupted"
-    meta = json.loads(next((run_dir / "checkpoints" / "train").glob("epoch-*/meta.json")).read_text())
-    assert meta["epoch"] == 1
-    calls["n"] = -10_000
-    result = run(None, tmp_path, resume=run_dir.name)
-    assert result.record["status"] == "finished"
-    assert calls["n"] == -10_000 + 2 * 10  # only epochs 2 and 3 ran again
+    result, _, steps = interrupt_then_resume(PrimeMethod, "_train_step", recipe, tmp_path)
+    assert steps == 2 * 10  # only epochs 2 and 3 ran again
     assert result.record["accounting"]["steps"] == 3 * 10  # accounting survives the resume
     # The checkpoint carries centroids, bank, optimiser, sampler and RNG: the same trajectory.
     assert result.scores["P@1"] == pytest.approx(clean.scores["P@1"], abs=1e-6)

@@ -1,4 +1,3 @@
-import json
 import math
 
 import numpy as np
@@ -9,7 +8,7 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.methods import dual_encoder as de
 from xmcbench.methods.base import RunContext
 from xmcbench.methods.unidec import UnidecConfig, UnidecMethod
-from xmcbench.runner import build_train_task, ensure_dataset, load_record, run_recipe
+from xmcbench.runner import build_train_task, ensure_dataset, run_recipe
 
 FAST = ("{name: unidec, dim: 16, positives_per_query: 2, hard_negatives: 2, refresh_every: 1, "
         "cluster_start_epoch: 1, cluster_size: 8, temperature: 0.1, classifier_lr: 0.01}")
@@ -205,31 +204,14 @@ def test_inference_modes_save_load_and_concat_by_hand(trained, tmp_path):
         np.testing.assert_allclose(again.data, preds[mode].data, rtol=1e-6)
 
 
-def test_interrupted_training_resumes_onto_the_same_trajectory(trained, tiny_encoder_dir, tmp_path, monkeypatch):
+def test_interrupted_training_resumes_onto_the_same_trajectory(trained, tiny_encoder_dir, tmp_path,
+                                                              interrupt_then_resume):
     """Interrupted in epoch 2, resumed: only epoch 2 runs again and the model equals the uninterrupted one."""
     reference_recipe, reference = trained
     recipe = write_recipe(tmp_path, tiny_encoder_dir, FAST, epochs=2)
     assert recipe.hash() == reference_recipe.hash()
-    real = UnidecMethod.train_step
-    calls = {"n": 0}
-
-    def flaky(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 15:  # in the second epoch
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(UnidecMethod, "train_step", flaky)
-    with pytest.raises(KeyboardInterrupt):
-        run(recipe, tmp_path)
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    assert load_record(run_dir)["status"] == "interrupted"
-    meta = json.loads(next((run_dir / "checkpoints" / "train").glob("epoch-*/meta.json")).read_text())
-    assert meta["epoch"] == 1
-    calls["n"] = -10_000
-    result = run(None, tmp_path, resume=run_dir.name)
-    assert result.record["status"] == "finished"
-    assert calls["n"] == -10_000 + 10  # only epoch 2 ran again
+    result, run_dir, steps = interrupt_then_resume(UnidecMethod, "train_step", recipe, tmp_path)
+    assert steps == 10  # only epoch 2 ran again
     assert result.record["accounting"]["steps"] == 2 * 10  # pool accounting survives the resume
     for name in ("label_de.npy", "label_clf.npy"):
         np.testing.assert_allclose(np.load(run_dir / "checkpoints" / "model" / name),

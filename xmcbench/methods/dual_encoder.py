@@ -17,6 +17,7 @@ import torch
 from pydantic import Field
 from scipy import sparse
 
+from xmcbench.data.tokenized import TokenCache
 from xmcbench.errors import XmcbenchError
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
 from xmcbench.progress import task as progress_task
@@ -53,8 +54,8 @@ def build_encoder_from(folder, recipe):
 class TokenisedTask:
     """Token caches of the training queries and of the labels."""
 
-    queries: "TokenCache"  # noqa: F821
-    labels: "TokenCache"  # noqa: F821
+    queries: TokenCache
+    labels: TokenCache
 
 
 def tokenise(encoder, task: TrainTask, recipe, progress: bool) -> TokenisedTask:
