@@ -104,3 +104,10 @@ def test_resolved_recipe_fills_method_defaults(tmp_path):
     resolved = recipe.resolved()
     assert resolved["method"]["name"] == "tfidf" and resolved["method"]["ngram_max"] == 2
     assert len(recipe.hash()) == 64
+
+
+def test_dataset_problem_reported_alongside_key_problems(tmp_path):
+    path = write(tmp_path, "r.yaml", "name: t\ndataset: {name: lf-amazontitle-131k}\nmethod: {name: tfidf}\n"
+                 "training: {epoch: 2}\n")
+    _, problems = check_recipe(path)
+    assert {p.key for p in problems} == {"training.epoch", "dataset.name"}

@@ -331,9 +331,13 @@ def check_recipe(path: str | Path, overrides: list[str] | None = None) -> tuple[
         method = data.get("method") if isinstance(data.get("method"), dict) else None
         if method and isinstance(method.get("name"), str):
             problems += _method_problems(file, method)
+        dataset = data.get("dataset")
+        if isinstance(dataset, dict) and isinstance(dataset.get("name"), str) and dataset.get("synthetic") is None:
+            problems += _dataset_problems(file, dataset["name"])
         return None, problems
     problems = _method_problems(file, data["method"])
-    problems += _dataset_problems(file, recipe)
+    if recipe.dataset.synthetic is None:
+        problems += _dataset_problems(file, recipe.dataset.name)
     problems += _supervision_problems(file, recipe)
     return (recipe if not problems else None), problems
 
@@ -366,14 +370,12 @@ def _method_problems(file: str, method: dict[str, Any]) -> list[Problem]:
     return []
 
 
-def _dataset_problems(file: str, recipe: Recipe) -> list[Problem]:
+def _dataset_problems(file: str, name: str) -> list[Problem]:
     """A dataset must be known to the registry unless the recipe says how to synthesise it."""
-    if recipe.dataset.synthetic is not None:
-        return []
     from xmcbench.data.registry import get_spec
 
     try:
-        get_spec(recipe.dataset.name)
+        get_spec(name)
     except XmcbenchError as exc:
         return [Problem(file, "dataset.name", str(exc))]
     return []
