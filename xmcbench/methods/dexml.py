@@ -81,7 +81,7 @@ class DexmlMethod:
         self.encoder = de.build_encoder(self.recipe, dropout=c.dropout).to(ctx.device)
         tokens = de.tokenise(self.encoder, task, self.recipe, ctx.progress)
         rows = de.labelled_rows(labels)
-        rows, val_rows = _split_validation(rows, t.validation_fraction, t.seed)
+        rows, val_rows = de.split_validation(rows, t.validation_fraction, t.seed)
 
         # 2. optimiser, schedule, sampler
         # Across GPUs every batch must hold at least one query per rank: drop the ragged last one.
@@ -101,7 +101,7 @@ class DexmlMethod:
         if state:
             sampler.load_state_dict(state["sampler_state"])
             accounting.load_state_dict(extra.get("accounting", {}))
-        shortlist = _load_array(ctx.checkpoint_dir / "shortlist.npy") if c.regime == "hard_negatives" else None
+        shortlist = de.load_array(ctx.checkpoint_dir / "shortlist.npy") if c.regime == "hard_negatives" else None
         best = extra.get("best_val_p1", -1.0)
         positives_seen, queries_seen = extra.get("positives_seen", 0), extra.get("queries_seen", 0)
 
@@ -150,7 +150,7 @@ class DexmlMethod:
             extra = {"accounting": accounting.state_dict(), "best_val_p1": best,
                      "positives_seen": positives_seen, "queries_seen": queries_seen}
             if need_shortlist and shortlist is not None and is_main():
-                _save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
+                de.save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
             save_checkpoint(ckpt_dir, epoch + 1, step, self.encoder, optimizer, scheduler,
                             sampler_state=sampler.state_dict(), extra=extra)
 
@@ -345,16 +345,6 @@ def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int) -> Non
     optimizer.zero_grad(set_to_none=True)
 
 
-def _split_validation(rows: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Carve a seeded validation split out of the training rows (the test split is never looked at)."""
-    if fraction <= 0:
-        return rows, rows[:0]
-    rng = np.random.default_rng([seed, 7919])
-    n_val = max(1, int(round(fraction * rows.size)))
-    perm = rng.permutation(rows.size)
-    return np.sort(rows[perm[n_val:]]), np.sort(rows[perm[:n_val]])
-
-
 def _build_shortlist(query_emb: np.ndarray, label_emb: np.ndarray, positives: sparse.csr_matrix, k: int,
                      ctx: RunContext) -> np.ndarray:
     """Top-k *negative* shortlist (positives excluded), identical on every rank (rank 0's)."""
@@ -380,13 +370,3 @@ def _save_encoder_atomic(encoder, folder: Path) -> None:
     encoder.save(tmp)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
-
-
-def _save_array(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.npy")
-    np.save(tmp, np.asarray(array))
-    tmp.replace(path)
-
-
-def _load_array(path: Path) -> np.ndarray | None:
-    return np.load(path) if path.exists() else None

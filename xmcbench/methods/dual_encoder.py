@@ -166,3 +166,24 @@ def dense_targets(labels: sparse.csr_matrix, rows: np.ndarray, columns: range | 
     out = torch.zeros(block.shape, dtype=torch.bool, device=device)
     out[torch.from_numpy(block.row.astype(np.int64)).to(device), torch.from_numpy(block.col.astype(np.int64)).to(device)] = True
     return out
+
+
+def split_validation(rows: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Carve a seeded validation split out of the training rows (the test split is never looked at)."""
+    if fraction <= 0:
+        return rows, rows[:0]
+    rng = np.random.default_rng([seed, 7919])
+    n_val = max(1, int(round(fraction * rows.size)))
+    perm = rng.permutation(rows.size)
+    return np.sort(rows[perm[n_val:]]), np.sort(rows[perm[:n_val]])
+
+
+def save_array(path, array: np.ndarray) -> None:
+    """np.save through a temporary file, so a killed run never leaves a truncated array."""
+    tmp = path.with_name(f".{path.name}.tmp.npy")
+    np.save(tmp, np.asarray(array))
+    tmp.replace(path)
+
+
+def load_array(path) -> np.ndarray | None:
+    return np.load(path) if path.exists() else None

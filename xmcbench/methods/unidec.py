@@ -199,7 +199,7 @@ class UnidecMethod:
         self.model = self.build_model(task.n_labels).to(ctx.device)
         tokens = de.tokenise(self.model.encoder, task, self.recipe, ctx.progress)
         rows = de.labelled_rows(labels)
-        rows, val_rows = _split_validation(rows, t.validation_fraction, t.seed)
+        rows, val_rows = de.split_validation(rows, t.validation_fraction, t.seed)
 
         # 2. optimisers (AdamW: encoder, heads; SparseAdam: Ψ), schedules, sampler
         sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed)
@@ -215,7 +215,7 @@ class UnidecMethod:
         if state:
             sampler.load_state_dict(state["sampler_state"])
             accounting.load_state_dict(extra.get("accounting", {}))
-        shortlist = _load_array(ctx.checkpoint_dir / "shortlist.npy") if c.hard_negatives > 0 else None
+        shortlist = de.load_array(ctx.checkpoint_dir / "shortlist.npy") if c.hard_negatives > 0 else None
         best = extra.get("best_val_p1", -1.0)
 
         # 4. epochs: clusters of Φ_D(x) and the shortlist H every τ epochs, then PSL steps
@@ -250,7 +250,7 @@ class UnidecMethod:
                     _save_model_state(self.model, ctx.checkpoint_dir / "best.safetensors")
             extra = {"accounting": accounting.state_dict(), "best_val_p1": best}
             if need_shortlist:
-                _save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
+                de.save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
             save_checkpoint(ckpt_dir, epoch + 1, step, self.model, optimizer, scheduler,
                             sampler_state=sampler.state_dict(), extra=extra)
 
@@ -431,8 +431,8 @@ class UnidecMethod:
         tmp = path / ".heads.tmp.safetensors"
         save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp))
         tmp.replace(path / "heads.safetensors")
-        _save_array(path / "label_de.npy", self.label_de)
-        _save_array(path / "label_clf.npy", self.label_clf)
+        de.save_array(path / "label_de.npy", self.label_de)
+        de.save_array(path / "label_clf.npy", self.label_clf)
         meta = {"format": FORMAT_VERSION, "dim": m.dim, "n_labels": int(m.classifiers.num_embeddings),
                 "head_dropout": self.config.head_dropout}
         (path / "unidec.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -478,16 +478,6 @@ class UnidecMethod:
 
 
 # ----------------------------------------------------------------------------------------------
-def _split_validation(rows: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded validation split of the training rows (the test split is never looked at)."""
-    if fraction <= 0:
-        return rows, rows[:0]
-    rng = np.random.default_rng([seed, 7919])
-    n_val = max(1, int(round(fraction * rows.size)))
-    perm = rng.permutation(rows.size)
-    return np.sort(rows[perm[n_val:]]), np.sort(rows[perm[:n_val]])
-
-
 def _save_model_state(model: nn.Module, path: Path) -> None:
     from safetensors.torch import save_model
 
@@ -500,13 +490,3 @@ def _load_model_state(model: nn.Module, path: Path) -> None:
     from safetensors.torch import load_model
 
     load_model(model, str(path), strict=True, device=str(next(model.parameters()).device))
-
-
-def _save_array(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.npy")
-    np.save(tmp, np.asarray(array))
-    tmp.replace(path)
-
-
-def _load_array(path: Path) -> np.ndarray | None:
-    return np.load(path) if path.exists() else None
