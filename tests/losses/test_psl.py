@@ -69,7 +69,7 @@ def test_unidec_combines_heads_with_the_paper_weights():
     assert got.item() == pytest.approx(lam * l_d + (1 - lam) * l_c, rel=1e-10)
     default = unidec_loss(de, clf, targets)  # paper: lambda_D = lambda_C = 0.5; lambda = 0.5 here
     assert default.item() == pytest.approx(
-        0.5 * psl_bidirectional_loss(de, targets) + 0.5 * psl_bidirectional_loss(clf, targets), rel=1e-12
+        (0.5 * psl_bidirectional_loss(de, targets) + 0.5 * psl_bidirectional_loss(clf, targets)).item(), rel=1e-12
     )
 
 
