@@ -1,0 +1,59 @@
+"""Secrets never reach a record, a log, the database or a model card: one way to mask them.
+
+``redact(text)`` masks Hugging Face tokens (``hf_…``), passwords in URLs, secret-looking URL
+query values (``?token=…``, ``sig=…``) and the literal values of secret environment variables
+(``HF_TOKEN``, ``*_API_KEY``, …). ``redact_data(obj)`` applies it to every string of nested
+data (a recipe, a record) so free-text fields are masked like the command line is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from typing import Any
+
+MASK = "***"
+_SECRET_NAME = re.compile(r"(token|key|secret|sig|signature|auth|password|passwd|credential)", re.I)
+_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{8,}")
+_URL = re.compile(r"https?://[^\s'\"]+")
+_MIN_SECRET_LEN = 8  # shorter environment values ("1", "true") would mask ordinary words
+
+
+def _env_secrets() -> list[str]:
+    values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET_LEN}
+    return sorted(values, key=len, reverse=True)
+
+
+def _fix_url(match: re.Match) -> str:
+    try:
+        parts = urllib.parse.urlsplit(match.group(0))
+    except ValueError:  # not a URL after all (e.g. an unbalanced IPv6 bracket)
+        return match.group(0)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = MASK + "@" + netloc.rsplit("@", 1)[1]
+    query = urllib.parse.urlencode(
+        [(k, MASK if _SECRET_NAME.search(k) else v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)],
+        safe="*",
+    )
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def redact(text: str) -> str:
+    """``text`` with tokens, URL passwords, secret query values and secret env values masked."""
+    for value in _env_secrets():
+        text = text.replace(value, MASK)
+    text = _HF_TOKEN.sub("hf_" + MASK, text)
+    return _URL.sub(_fix_url, text)
+
+
+def redact_data(obj: Any) -> Any:
+    """A copy of nested dicts/lists/tuples with every string (keys included) redacted."""
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {redact_data(k): redact_data(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(redact_data(v) for v in obj)
+    return obj
