@@ -13,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from xmcbench.errors import DataFormatError
+from xmcbench.fsutil import pid_alive
 
 RECORD_SCHEMA_VERSION = 1  # the newest record.json schema this code understands
 RECORD_FILE = "record.json"
@@ -99,6 +101,26 @@ def read_record(path: Path) -> dict:
     if not isinstance(record, dict):
         raise DataFormatError(path, None, f"a run record must be a JSON object, got {type(record).__name__}")
     return record
+
+
+def effective_status(record: dict) -> str:
+    """The record's status, with a "running" run whose process is gone on this host read as "interrupted".
+
+    A run killed outright (SIGKILL, the OOM killer) cannot write its last record; its pid tells.
+    Runs on another host are taken at their word: their pids mean nothing here.
+    """
+    status = record.get("status")
+    prov = record.get("provenance") or {}
+    pid = prov.get("pid")
+    if (
+        status == "running"
+        and prov.get("host") == socket.gethostname()
+        and isinstance(pid, int)
+        and not isinstance(pid, bool)
+        and not pid_alive(pid)
+    ):
+        return "interrupted"
+    return status
 
 
 def parse_metric_name(name: str) -> tuple[str, int | None]:
