@@ -180,3 +180,25 @@ def file_lock(
         yield
     finally:
         lock.release()
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
+MAX_NAME_LEN = 120
+
+
+def check_name(name: object, what: str) -> str:
+    """``name`` if it can safely become one path component (a dataset, run id, repo part), else an error.
+
+    Letters, digits and ``. _ + = @ -``, starting with a letter or digit: no separators, no
+    ``..``, nothing hidden, nothing a shell or another OS would read differently.
+    """
+    if not isinstance(name, str) or not name:
+        raise XmcbenchError(f"{what} must be a non-empty name, got {name!r}")
+    if len(name) > MAX_NAME_LEN:
+        raise XmcbenchError(f"{what} {name[:40]!r}… is longer than {MAX_NAME_LEN} characters")
+    if not _NAME.match(name) or ".." in name:
+        raise XmcbenchError(
+            f"{what} {name!r} cannot be used as a file name: use letters, digits and . _ + = @ - "
+            "(no slashes, no '..', not starting with '.')"
+        )
+    return name

@@ -25,7 +25,7 @@ def tiny_encoder_dir(tmp_path_factory):
 @pytest.fixture
 def tiny_recipe(tmp_path, tiny_encoder_dir):
     """Write a recipe on a small synthetic dataset with the tiny encoder; returns a loader."""
-    from xmcbench.recipe import load_recipe
+    from xmcbench.run import load_recipe
 
     def make(method_yaml: str, *, epochs: int = 2, extra: str = "", labels: int = 60, train: int = 300,
              test: int = 60, batch_size: int = 32):
@@ -51,7 +51,7 @@ def interrupt_then_resume(monkeypatch):
     ``(result, run_dir, steps_run_after_resume)``."""
     import json
 
-    from xmcbench.runner import load_record, run_recipe
+    from xmcbench.run import load_record, run_recipe
 
     def go(method_cls, step: str, recipe, tmp_path, at: int = 15):
         real = getattr(method_cls, step)

@@ -5,7 +5,7 @@ import torch
 
 from xmcbench.losses import decoupled_softmax_loss
 from xmcbench.methods.dexml import DexmlMethod
-from xmcbench.runner import run_recipe
+from xmcbench.run import run_recipe
 
 
 def run(recipe, tmp_path, **kw):
@@ -40,7 +40,7 @@ def test_all_negatives_step_equals_plain_decoupled_softmax(tiny_recipe, tmp_path
     """The gradient-cached all-labels step gives the loss and gradients of plain backpropagation."""
     from xmcbench.methods import dual_encoder as de
     from xmcbench.methods.base import RunContext
-    from xmcbench.runner import build_train_task, ensure_dataset
+    from xmcbench.run.phases import build_train_task, ensure_dataset
 
     recipe = tiny_recipe("{name: dexml, regime: all_negatives, gradcache_chunk: 7, dropout: 0.0, temperature: 0.1}")
     ds = ensure_dataset(recipe, progress=False)

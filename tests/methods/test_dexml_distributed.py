@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from xmcbench.runner import load_record, run_recipe
+from xmcbench.run import load_record, run_recipe
 
 
 @pytest.mark.slow

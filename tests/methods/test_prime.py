@@ -18,7 +18,8 @@ from xmcbench.methods.prime import (
     positive_pairs,
     prime_objective,
 )
-from xmcbench.runner import build_train_task, ensure_dataset, run_recipe
+from xmcbench.run import run_recipe
+from xmcbench.run.phases import build_train_task, ensure_dataset
 
 PRIME = ("{name: prime, free_vectors: 16, prototype_ffn: 64, cluster_start_epoch: 1, cluster_size: 8, "
          "recluster_every: 1%s}")

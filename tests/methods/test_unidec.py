@@ -8,7 +8,8 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.methods import dual_encoder as de
 from xmcbench.methods.base import RunContext
 from xmcbench.methods.unidec import UnidecConfig, UnidecMethod
-from xmcbench.runner import build_train_task, ensure_dataset, run_recipe
+from xmcbench.run import run_recipe
+from xmcbench.run.phases import build_train_task, ensure_dataset
 
 FAST = ("{name: unidec, dim: 16, positives_per_query: 2, hard_negatives: 2, refresh_every: 1, "
         "cluster_start_epoch: 1, cluster_size: 8, temperature: 0.1, classifier_lr: 0.01}")
@@ -20,7 +21,7 @@ def run(recipe, tmp_path, **kw):
 
 def write_recipe(folder, encoder_dir, method_yaml: str, epochs: int):
     """The conftest's tiny recipe (same dataset and settings), for module-scoped fixtures."""
-    from xmcbench.recipe import load_recipe
+    from xmcbench.run import load_recipe
 
     path = folder / "recipe.yaml"
     path.write_text(

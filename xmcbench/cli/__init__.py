@@ -7,6 +7,9 @@ or a command function. Heavy imports (torch, transformers) happen inside command
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import typer
 
 from xmcbench import __version__
@@ -35,6 +38,8 @@ def _root(
 
     Data, runs and the results database live under $XMCBENCH_HOME (default: ~/.cache/xmcbench).
     """
+    # Library warnings (a busy database, a lost heartbeat) go to stderr, one line each.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
 
 
 app.command("run")(run.run)

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from xmcbench.cli._common import console, err_console, handle_errors
 from xmcbench.errors import XmcbenchError
-from xmcbench.recipe import check_recipe, load_recipe
+from xmcbench.run import check_recipe, load_recipe
 
 
 def print_scores(record: dict) -> None:
@@ -41,7 +42,7 @@ def run(
     The run directory (record.json, recipe.yaml, predictions.npz, checkpoints/) is written as the
     run goes; Ctrl-C leaves it 'interrupted' and `--resume RUN_ID` continues from the last phase done.
     """
-    from xmcbench.runner import run_recipe
+    from xmcbench.run import run_recipe
 
     if (recipe is None) == (resume is None):
         raise XmcbenchError("give a recipe file or --resume RUN_ID (not both)")
@@ -58,6 +59,9 @@ def run(
         return  # under torchrun, rank 0 reports
     print_scores(result.record)
     console.print(f"run directory: {result.run_dir}")
+    if result.index_error:
+        err_console.print(f"[yellow]warning:[/] {escape(result.index_error)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @handle_errors

@@ -20,7 +20,7 @@ def smoke(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Run every smoke recipe (synthetic data, CPU, minutes) and check each one's quality floors."""
-    from xmcbench.smoke import run_smoke
+    from xmcbench.run.smoke import run_smoke
 
     outcomes = run_smoke(recipes_dir, db=db, runs_dir=runs_dir, only=only, progress=not quiet)
     datasets = sorted({o.result.record["task"]["dataset"] for o in outcomes if o.result})

@@ -8,9 +8,6 @@ accounting (batch size, label pool per step, positives and hard negatives per qu
 
 from __future__ import annotations
 
-import random
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, Sequence
@@ -81,11 +78,9 @@ class RunContext:
         self.accounting["steps"] = self._pool_steps
 
     def seed_everything(self) -> None:
-        random.seed(self.seed)
-        np.random.seed(self.seed)
-        import torch
+        from xmcbench.train.precision import seed_everything
 
-        torch.manual_seed(self.seed)
+        seed_everything(self.seed)
 
 
 class Method(Protocol):
@@ -107,12 +102,3 @@ class Method(Protocol):
     def parameter_counts(self) -> tuple[int, int]:
         """(total, trainable) parameters."""
         ...
-
-
-@contextmanager
-def timed(store: dict[str, float], phase: str):
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        store[phase] = store.get(phase, 0.0) + time.perf_counter() - start

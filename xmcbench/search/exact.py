@@ -229,7 +229,12 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude)
 
 
 def _faiss_topk(queries, keys, k, chunk_size, exclude):
-    import faiss
+    try:
+        import faiss
+    except ImportError:
+        raise XmcbenchError(
+            "the faiss search backend needs faiss: pip install 'xmcbench[faiss-cpu]' (or [gpu] on a CUDA machine)"
+        ) from None
 
     def as_numpy(x) -> np.ndarray:
         if hasattr(x, "detach"):  # a torch tensor

@@ -1,7 +1,9 @@
 """The run record (``<run_dir>/record.json``): writing it, reading it, turning it into rows.
 
 The record is the source of truth (see the run-record contract in the README); the database
-only indexes it. Writer and reader live together here so the format has one owner.
+only indexes it. This module is the format's only owner: the runner creates records with
+``new_record`` and writes every change with ``write_record``, which validates first, so a record
+the store would reject is never written.
 ``record_rows`` checks a record enough that nothing wrong lands in the index — required fields
 present and of the right type, a known status and schema version — and names the file and the
 field when something is off, so a bad run directory is reported and skipped rather than silently
@@ -10,6 +12,7 @@ half-ingested.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from xmcbench.errors import DataFormatError
-from xmcbench.fsutil import pid_alive
+from xmcbench.fsutil import atomic_write, pid_alive, to_json, utc_now
 
 RECORD_SCHEMA_VERSION = 1  # the newest record.json schema this code understands
 RECORD_FILE = "record.json"
@@ -42,17 +45,27 @@ class RunRows:
     accounting: dict[str, Any] | None = None
 
 
-def new_record(run_id: str, task: dict, model: dict, provenance: dict | None = None) -> dict:
+def new_record(
+    run_id: str,
+    *,
+    task: dict,
+    model: dict,
+    provenance: dict | None = None,
+    accounting: dict | None = None,
+    **extra: Any,
+) -> dict:
     """A record for a run that is starting: status "running", no scores yet.
 
-    ``task`` and ``model`` follow the contract (task: dataset, dataset_version, split, n_queries,
-    ..., propensity_a/b, filter, supervision; model: method, encoder, ...). The caller fills in
-    scores, groups, compute and accounting as the run goes and rewrites it with ``write_record``.
+    ``task`` and ``model`` follow the contract (task: dataset, split, supervision, ...; model:
+    method, encoder, ...); ``extra`` adds top-level fields (``name``, ``phases_done``). The caller
+    fills in scores, groups, compute and accounting as the run goes and rewrites it with
+    ``write_record``.
     """
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    now = utc_now()
     return {
         "schema_version": RECORD_SCHEMA_VERSION,
         "run_id": run_id,
+        **extra,
         "status": "running",
         "created_at": now,
         "updated_at": now,
@@ -64,21 +77,43 @@ def new_record(run_id: str, task: dict, model: dict, provenance: dict | None = N
         "groups": {},
         "provenance": dict(provenance or {}),
         "compute": {},
-        "accounting": {},
+        "accounting": dict(accounting or {}),
     }
 
 
 def write_record(run_dir: Path | str, record: dict) -> Path:
-    """Check ``record`` and write ``<run_dir>/record.json`` atomically (temp file + os.replace).
+    """Check ``record`` and write ``<run_dir>/record.json`` atomically.
 
-    A reader (``xmcbench ingest``, a table) sees either the previous complete record or the new one.
+    A reader (``xmcbench ingest``, a table) sees either the previous complete record or the new
+    one. When the disk is full the atomic route needs space it does not have; the record is then
+    rewritten in place, compactly, in the blocks the old one already holds, so a run that failed
+    because the disk filled up still ends "failed" rather than "running".
     """
-    from xmcbench.data.registry import atomic_write_bytes
-
     path = Path(run_dir) / RECORD_FILE
     record_rows(record, run_dir, where=path)  # never write a record the store would reject
-    atomic_write_bytes(path, json.dumps(record, indent=2).encode() + b"\n")
+    text = to_json(record)
+    try:
+        atomic_write(path, text + "\n")
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC or not path.exists():
+            raise
+        compact = to_json(record, indent=None).encode()
+        if len(compact) > path.stat().st_size:
+            raise
+        with open(path, "r+b") as fh:
+            fh.write(compact)
+            fh.truncate()
     return path
+
+
+def load_record(run_dir: Path | str) -> dict:
+    """A run's record with its effective status (a killed run reads "interrupted")."""
+    record = read_record(Path(run_dir))
+    status = effective_status(record)
+    if status != record.get("status"):
+        record["status"] = status
+        record["error"] = record.get("error") or "process ended without recording (killed?)"
+    return record
 
 
 def read_record(path: Path) -> dict:

@@ -2,9 +2,10 @@ from pathlib import Path
 
 import pytest
 
-from xmcbench.recipe import RecipeError, apply_overrides, check_recipe, load_recipe
+from xmcbench.recipe import RecipeError, apply_overrides
+from xmcbench.run import check_recipe, load_recipe
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p for p in (REPO / "recipes").rglob("*.yaml") if "base" not in p.parts)
 
 
@@ -33,8 +34,8 @@ method: {name: tfidf}
 
 
 def test_unknown_keys_are_all_reported_with_hints(tmp_path):
-    path = write(tmp_path, "r.yaml", BASE + "training: {epochz: 3, batch_size: 8}\nevaluaton: {k: [1]}\n"
-                 "method: {name: tfidf, ngram_maxx: 2}\n")
+    path = write(tmp_path, "r.yaml", BASE.replace("method: {name: tfidf}\n", "")
+                 + "training: {epochz: 3, batch_size: 8}\nevaluaton: {k: [1]}\nmethod: {name: tfidf, ngram_maxx: 2}\n")
     recipe, problems = check_recipe(path)
     assert recipe is None
     by_key = {p.key: p for p in problems}

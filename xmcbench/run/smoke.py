@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.recipe import load_recipe
-from xmcbench.runner import RunResult, run_recipe
+from xmcbench.run.check import load_recipe
+from xmcbench.run.runner import RunResult, run_recipe
 
 
 def default_smoke_dir() -> Path:

@@ -10,8 +10,9 @@ from scipy import sparse
 
 from xmcbench import metrics
 from xmcbench.methods.tfidf import TfidfMethod
-from xmcbench.recipe import load_recipe
-from xmcbench.runner import build_train_task, ensure_dataset, load_record, run_recipe
+from xmcbench.run import load_recipe
+from xmcbench.run import load_record, run_recipe
+from xmcbench.run.phases import build_train_task, ensure_dataset
 from xmcbench.store import Store
 
 RECIPE = """

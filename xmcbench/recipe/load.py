@@ -1,0 +1,228 @@
+"""Reading recipe files: YAML, ``include:``, ``--set`` overrides, and problems that name the key.
+
+``read_recipe(path, overrides)`` returns the merged mapping; it refuses what a YAML library
+would let through silently (a duplicate key where the last one wins, a file that is not UTF-8
+text) and what would hang or exhaust memory (nesting thousands deep, an include graph that
+reads one file exponentially often: each file is parsed once per load and the total is bounded).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from xmcbench.errors import XmcbenchError
+
+MAX_FILE_BYTES = 1 << 20  # a recipe is a page of settings; a megabyte is something else
+MAX_FILES = 64  # distinct files one recipe may include, directly or not
+MAX_DEPTH = 32  # nesting of mappings/lists; recipes use 3
+MAX_NODES = 100_000  # values after YAML aliases are expanded (an alias bomb is small on disk)
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    key: str
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        hint = f" ({self.hint})" if self.hint else ""
+        return f"{self.file}: {self.key or '<top>'}: {self.message}{hint}"
+
+
+class RecipeError(XmcbenchError):
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{len(problems)} problem(s) in recipe:\n{lines}")
+
+
+def _fail(path: Path | str, message: str, key: str = "", hint: str = "") -> RecipeError:
+    return RecipeError([Problem(str(path), key, message, hint)])
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (YAML says keys are unique)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # the base class reports unhashable keys
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _too_big(value: Any) -> str | None:
+    """Why ``value`` is too deep or too large to be a recipe, or None (iterative: no recursion limit)."""
+    stack, nodes = [(value, 0)], 0
+    while stack:
+        item, level = stack.pop()
+        nodes += 1
+        if level > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels"
+        if nodes > MAX_NODES:
+            return f"holds more than {MAX_NODES:,} values (YAML aliases expanded)"
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return None
+
+
+def parse_yaml(path: Path) -> dict[str, Any]:
+    """One recipe file as a mapping, or a RecipeError that says what is wrong with the file."""
+    if path.is_dir():
+        raise _fail(path, "is a folder, not a recipe file", hint="name a .yaml file inside it")
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise _fail(path, f"is {size:,} bytes; a recipe is at most {MAX_FILE_BYTES:,}")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise _fail(path, "file not found") from None
+    except OSError as exc:
+        raise _fail(path, f"cannot be read ({exc.strerror or exc})") from None
+    if b"\x00" in raw:
+        hint = "save it as UTF-8" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "is this a YAML file?"
+        raise _fail(path, "is not UTF-8 text (UTF-16 or binary)", hint=hint)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _fail(path, f"is not UTF-8 text (byte {exc.start:,} cannot be decoded)", hint="save it as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise _fail(path, f"invalid YAML: {where}{problem}") from None
+    except RecursionError:
+        raise _fail(path, f"nested deeper than {MAX_DEPTH} levels") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise _fail(path, f"a recipe is a mapping of sections, got {type(data).__name__}")
+    reason = _too_big(data)
+    if reason:
+        raise _fail(path, reason)
+    return data
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+class _Includes:
+    """Resolves ``include:`` chains, parsing and merging each file once per load."""
+
+    def __init__(self) -> None:
+        self.resolved: dict[Path, dict[str, Any]] = {}
+
+    def resolve(self, path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+        path = path.resolve()
+        if path in chain:
+            raise _fail(path, f"include cycle: {' -> '.join(str(p) for p in (*chain, path))}", key="include")
+        if path in self.resolved:  # a diamond: the second route reuses the first result
+            return self.resolved[path]
+        if len(self.resolved) >= MAX_FILES:
+            raise _fail(path, f"the recipe includes more than {MAX_FILES} files", key="include")
+        data = parse_yaml(path)
+        includes = data.pop("include", None)
+        if includes is not None:
+            if isinstance(includes, str):
+                includes = [includes]
+            if not isinstance(includes, list) or not all(isinstance(i, str) and i for i in includes):
+                raise _fail(path, "include takes a path or a list of paths", key="include")
+            merged: dict[str, Any] = {}
+            for inc in includes:
+                inc_path = Path(inc) if Path(inc).is_absolute() else path.parent / inc
+                if not inc_path.exists():
+                    raise _fail(path, f"included file not found: {inc_path}", key="include")
+                merged = deep_merge(merged, self.resolve(inc_path, (*chain, path)))
+            data = deep_merge(merged, data)
+        self.resolved[path] = data
+        return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], file: str = "--set") -> dict[str, Any]:
+    """Apply ``a.b=c`` overrides; ``c`` is parsed as YAML (``3``, ``true``, ``[1, 5]``, ``null``)."""
+    out = copy.deepcopy(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise _fail(file, "an override looks like section.key=value, e.g. training.epochs=3", key=item)
+        try:
+            value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else ""  # noqa: S506
+        except (yaml.YAMLError, RecursionError):
+            value = raw
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise _fail(file, f"{part!r} is a value, not a section", key=key)
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def read_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The recipe at ``path`` with its includes merged and ``overrides`` applied (not yet validated)."""
+    data = _Includes().resolve(Path(path))
+    return apply_overrides(data, overrides or [])
+
+
+def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that owns the field at ``loc`` (for did-you-mean on unknown keys)."""
+    for part in loc:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return model
+
+
+def problems_from(exc: ValidationError, file: str, root: type[BaseModel], prefix: tuple = ()) -> list[Problem]:
+    """pydantic's errors as Problems, with a did-you-mean hint for unknown keys."""
+    problems = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in (*prefix, *loc))
+        hint = ""
+        if err["type"] == "extra_forbidden":
+            owner = _model_at(root, loc[:-1])
+            fields = list(owner.model_fields) if owner is not None else []
+            close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}?" if close else (f"known keys: {', '.join(fields)}" if fields else "")
+            message = "unknown key"
+        else:
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "missing":
+                message = "required key is missing"
+        problems.append(Problem(file, key, message, hint))
+    return problems

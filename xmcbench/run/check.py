@@ -1,0 +1,114 @@
+"""Checking a whole recipe: the schema, the method's own Config, the dataset, the supervision.
+
+This is where a recipe meets the method registry and the dataset catalogue, so the recipe
+package itself stays free of both. ``check_recipe`` returns every problem at once;
+``load_recipe`` raises them together; the recipe it returns has its method Config bound.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from xmcbench.data import get_spec
+from xmcbench.errors import XmcbenchError
+from xmcbench.methods import METHODS
+from xmcbench.recipe import Problem, Recipe, RecipeError, read_recipe
+from xmcbench.recipe.load import problems_from
+from xmcbench.registry import did_you_mean
+
+
+def check_recipe(path: str | Path, overrides: list[str] | None = None) -> tuple[Recipe | None, list[Problem]]:
+    """Validate a recipe file and return (recipe or None, every problem found)."""
+    try:
+        data = read_recipe(path, overrides)
+    except RecipeError as exc:
+        return None, exc.problems
+    return check_data(data, str(path))
+
+
+def check_data(data: dict[str, Any], file: str) -> tuple[Recipe | None, list[Problem]]:
+    """Validate an already-read recipe mapping; (recipe with its method Config bound, problems)."""
+    method = data.get("method") if isinstance(data.get("method"), dict) else None
+    dataset = data.get("dataset") if isinstance(data.get("dataset"), dict) else None
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        problems = problems_from(exc, file, Recipe)
+        # the method and dataset are checked too, so one run of `validate` lists everything
+        if method and isinstance(method.get("name"), str):
+            problems += _method_problems(file, method)[1]
+        if dataset and isinstance(dataset.get("name"), str) and dataset.get("synthetic") is None:
+            if not any(p.key == "dataset.name" for p in problems):
+                problems += _dataset_problems(file, dataset["name"])
+        return None, problems
+    config, problems = _method_problems(file, data["method"])
+    if recipe.dataset.synthetic is None:
+        problems += _dataset_problems(file, recipe.dataset.name)
+    problems += _supervision_problems(file, recipe)
+    if problems:
+        return None, problems
+    return recipe.bind_method_config(config), []
+
+
+def _supervision_problems(file: str, recipe: Recipe) -> list[Problem]:
+    if recipe.supervision.mode == "zero_shot" and recipe.method.name in METHODS:
+        if METHODS.get(recipe.method.name).requires_labels:
+            return [
+                Problem(file, "supervision.mode", f"method {recipe.method.name} trains on labels; it cannot run zero_shot",
+                        "use mode full or few_shot, or a zero-shot method")
+            ]
+    return []
+
+
+def _method_problems(file: str, method: dict[str, Any]):
+    """(the method's validated Config or None, problems)."""
+    name = method.get("name")
+    if not isinstance(name, str) or name not in METHODS:
+        return None, [
+            Problem(file, "method.name", f"unknown method {name!r}{did_you_mean(str(name), METHODS.names())}",
+                    f"known: {', '.join(METHODS.names())}")
+        ]
+    config = METHODS.get(name).Config
+    params = {k: v for k, v in method.items() if k != "name"}
+    try:
+        return config.model_validate(params), []
+    except ValidationError as exc:
+        return None, problems_from(exc, file, config, prefix=("method",))
+
+
+def _dataset_problems(file: str, name: str) -> list[Problem]:
+    """A dataset must be in the catalogue unless the recipe says how to synthesise it."""
+    try:
+        get_spec(name)
+    except XmcbenchError as exc:
+        return [Problem(file, "dataset.name", str(exc))]
+    return []
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read, validate and bind a recipe file; RecipeError lists every problem."""
+    recipe, problems = check_recipe(path, overrides)
+    if problems:
+        raise RecipeError(problems)
+    assert recipe is not None
+    return recipe
+
+
+def recipe_from_dict(data: dict[str, Any], file: str = "<dict>") -> Recipe:
+    """Validate an already-resolved recipe mapping (e.g. a run's recorded recipe).
+
+    The dataset is not looked up: a recorded run may name a dataset that was synthesised then.
+    """
+    if not isinstance(data, dict):
+        raise RecipeError([Problem(file, "", f"a recipe is a mapping of sections, got {type(data).__name__}")])
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(problems_from(exc, file, Recipe)) from None
+    config, problems = _method_problems(file, data["method"])
+    if problems:
+        raise RecipeError(problems)
+    return recipe.bind_method_config(config)

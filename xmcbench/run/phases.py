@@ -1,0 +1,171 @@
+"""The four phases of a run, in order: prepare -> train -> predict -> evaluate.
+
+Each phase reads what the previous one left and writes its facts into the live record; the
+runner times them, marks them done and saves the record between them, which is what lets a
+resumed run skip what an earlier attempt finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from scipy import sparse
+
+from xmcbench import metrics
+from xmcbench.data import PreparedDataset, load_dataset
+from xmcbench.errors import XmcbenchError
+from xmcbench.fsutil import atomic_output
+from xmcbench.methods import METHODS
+from xmcbench.methods.base import RunContext, TrainTask
+from xmcbench.recipe import Recipe
+from xmcbench.store.record import EVAL_ROWS_FILE, PREDICTIONS_FILE
+
+MODEL_DIR = "model"  # inside checkpoints/: the fitted model, written when fit completes
+
+
+@dataclass
+class EvalData:
+    """What prediction and evaluation need from the dataset, after subsampling (``max_queries``)."""
+
+    dataset: PreparedDataset
+    train_truth: sparse.csr_matrix
+    inv_prop: np.ndarray
+    truth: sparse.csr_matrix
+    filter: sparse.csr_matrix | None
+    texts: Sequence[str]
+
+
+def ensure_dataset(recipe: Recipe, progress: bool = True) -> PreparedDataset:
+    """The recipe's prepared dataset, synthesised or downloaded first when the recipe allows."""
+    ds = recipe.dataset
+    # TEMPORARY until the data/ redesign lands (load_dataset(..., synthetic=...) decides alone)
+    from xmcbench import paths
+    from xmcbench.data.create import create_synthetic_dataset
+    from xmcbench.fsutil import file_lock
+
+    with file_lock(paths.datasets_dir() / ".locks" / f"{ds.name.lower()}.lock"):
+        if ds.synthetic is not None:
+            p = ds.synthetic
+            create_synthetic_dataset(ds.name, n_labels=p.labels, n_train=p.train, n_test=p.test, seed=p.seed,
+                                     exist_ok=True)
+        return load_dataset(ds.name, download=True, source=ds.source, progress=progress)
+
+
+def build_train_task(recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndarray) -> TrainTask:
+    """The training side as the supervision regime lets the method see it."""
+    sup = recipe.supervision
+    labels = dataset.labels("train")
+    seen = None
+    if sup.mode == "zero_shot":
+        labels = None
+    elif sup.mode == "few_shot":
+        rng = np.random.default_rng(sup.seed)
+        n_keep = max(1, int(round(sup.label_fraction * dataset.n_labels)))
+        seen = np.zeros(dataset.n_labels, dtype=bool)
+        seen[rng.choice(dataset.n_labels, size=n_keep, replace=False)] = True
+        labels = sparse.csr_matrix(labels.multiply(seen[None, :].astype(np.float32)))
+        labels.eliminate_zeros()
+    return TrainTask(
+        dataset_name=dataset.name,
+        train_texts=dataset.query_texts("train"),
+        label_texts=dataset.label_texts(),
+        train_labels=labels,
+        seen_labels=seen,
+        inv_propensity=inv_prop,
+        dataset_version=dataset.version,
+    )
+
+
+def eval_rows(recipe: Recipe, n: int) -> np.ndarray | None:
+    """The seeded subsample of ``max_queries`` rows to evaluate, or None for all."""
+    m = recipe.evaluation.max_queries
+    if m is None or m >= n:
+        return None
+    rng = np.random.default_rng(recipe.training.seed)
+    return np.sort(rng.choice(n, size=m, replace=False))
+
+
+def prepare(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bool) -> EvalData:
+    dataset = ensure_dataset(recipe, progress)
+    ev = recipe.evaluation
+    split = ev.split
+    a = ev.propensity_a if ev.propensity_a is not None else dataset.spec.propensity_a
+    b = ev.propensity_b if ev.propensity_b is not None else dataset.spec.propensity_b
+    train_truth = dataset.labels("train")
+    inv_prop = metrics.inv_propensity(train_truth, a, b)
+    truth = dataset.labels(split)
+    filt = dataset.filter(split)
+    rows = eval_rows(recipe, truth.shape[0])
+    texts = dataset.query_texts(split)
+    if rows is not None:
+        with atomic_output(run_dir / EVAL_ROWS_FILE) as tmp, open(tmp, "wb") as fh:
+            np.save(fh, rows)  # so `compare` can rebuild the same truth
+        truth = truth[rows]
+        filt = filt[rows] if filt is not None else None
+        texts = [texts[int(i)] for i in rows]
+    record["task"].update(
+        dataset=dataset.name, dataset_version=dataset.version,
+        n_queries=int(dataset.labels(split).shape[0]), n_queries_evaluated=int(truth.shape[0]),
+        n_labels=int(dataset.n_labels), propensity_a=a, propensity_b=b,
+        filter=(f"filter_labels_{split}.txt" if filt is not None else None),
+    )
+    return EvalData(dataset, train_truth, inv_prop, truth, filt, texts)
+
+
+def train(recipe: Recipe, data: EvalData, ctx: RunContext, done: list[str], is_main: bool):
+    """Fit the method, or load the model an earlier attempt finished fitting."""
+    method_cls = METHODS.get(recipe.method.name)
+    if method_cls.requires_labels and recipe.supervision.mode == "zero_shot":
+        raise XmcbenchError(f"method {recipe.method.name} needs training labels; it cannot run zero_shot")
+    method = method_cls(recipe.method_config(), recipe)
+    model_dir = ctx.checkpoint_dir / MODEL_DIR
+    if "train" in done and model_dir.exists():
+        method.load(model_dir)
+    else:
+        method.fit(build_train_task(recipe, data.dataset, data.inv_prop), ctx)
+        if is_main:
+            method.save(model_dir)
+    return method
+
+
+def predict(recipe: Recipe, method, data: EvalData, ctx: RunContext, done: list[str]) -> sparse.csr_matrix:
+    """Top-k predictions with filter pairs removed; a few extra candidates make up for the removed ones."""
+    from xmcbench.search.sparse_topk import remove_pairs, topk_csr
+
+    pred_path = ctx.run_dir / PREDICTIONS_FILE
+    if "predict" in done and pred_path.exists():
+        return sparse.load_npz(pred_path).tocsr()
+    k = recipe.evaluation.top_k
+    filt = data.filter
+    slack = int(np.diff(filt.indptr).max()) if filt is not None and filt.nnz else 0
+    preds = method.predict(data.texts, min(k + slack, data.dataset.n_labels), ctx)
+    preds = topk_csr(remove_pairs(preds, filt), k)
+    with atomic_output(pred_path) as tmp, open(tmp, "wb") as fh:
+        sparse.save_npz(fh, preds)
+    return preds
+
+
+def evaluate(recipe: Recipe, preds: sparse.csr_matrix, data: EvalData, record: dict[str, Any]) -> None:
+    """Scores with bootstrap CIs, and per head/torso/tail group (filter pairs are already gone)."""
+    ev = recipe.evaluation
+    use_ps = any(m in ev.metrics for m in ("PSP", "PSnDCG"))
+    inv_prop = data.inv_prop if use_ps else None
+    scored = metrics.evaluate_with_ci(
+        preds, data.truth, k=tuple(ev.k), inv_propensity=inv_prop,
+        metrics=tuple(ev.metrics), n_boot=ev.bootstrap, seed=recipe.training.seed,
+    )
+    record["scores"] = [
+        {"name": name, "metric": name.split("@")[0], "k": int(name.split("@")[1]), "value": float(value),
+         "ci_lo": None if lo is None else float(lo), "ci_hi": None if hi is None else float(hi),
+         "higher_is_better": True}
+        for name, (value, lo, hi) in scored.items()
+    ]
+    if ev.groups:
+        groups = metrics.evaluate_by_group(
+            preds, data.truth, data.train_truth, k=tuple(ev.k), inv_propensity=inv_prop, metrics=tuple(ev.metrics),
+        )
+        record["groups"] = {g: info["scores"] for g, info in groups.items()}
+        record["group_sizes"] = {g: {"labels": info["labels"], "rows": info["rows"]} for g, info in groups.items()}

@@ -1,0 +1,401 @@
+"""Run one recipe end to end and leave a self-contained run record.
+
+    check (before any file) -> run folder + lock -> prepare -> train -> predict -> evaluate
+    -> record.json at every change (+ recipe.yaml, predictions.npz, checkpoints/) -> database index
+
+The record is written at every status change and phase, and indexed in the database from the
+start, so a run that dies is listed. Ctrl-C and SIGTERM are recorded as interrupted and the
+phases already done are kept for ``--resume``; a process killed outright leaves "running" with
+a dead pid (read as interrupted) and a heartbeat whose time the next attempt recovers. An
+exclusive lock on the run folder keeps two attempts of one run from going ahead together.
+
+Under torchrun every rank calls ``run_recipe``; rank 0 alone names the run, holds the lock,
+writes the record, predicts and evaluates. ``_agree_on_run`` is the one place the ranks meet
+to share the run folder and the phases done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import signal
+import threading
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xmcbench import paths
+from xmcbench.errors import XmcbenchError
+from xmcbench.fsutil import atomic_write, check_name, file_lock, remove_stale_temps, utc_now
+from xmcbench.methods import METHODS
+from xmcbench.methods.base import RunContext
+from xmcbench.recipe import Recipe, RecipeError, check_floor
+from xmcbench.redact import redact, redact_data
+from xmcbench.run import phases
+from xmcbench.run.check import recipe_from_dict
+from xmcbench.run.live_record import LiveRecord
+from xmcbench.run.provenance import attempt_facts, compute_facts, resolve_device, update_peak_memory
+from xmcbench.store.record import RECORD_FILE, effective_status, load_record, new_record
+
+log = logging.getLogger("xmcbench.run")
+
+RECIPE_FILE = "recipe.yaml"
+LOCK_FILE = ".lock"
+INDEX_TIMEOUT_S = 10.0  # indexing while running is best effort: a busy database must not stall training
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Raised from the SIGTERM handler so a terminated run is recorded like Ctrl-C."""
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    record: dict[str, Any]
+    index_error: str | None = None  # why the database could not index the run (the record is complete)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def scores(self) -> dict[str, float]:
+        return {s["name"]: s["value"] for s in self.record["scores"]}
+
+    def failed_floors(self, expect: dict[str, str]) -> list[str]:
+        """The recipe's ``expect`` floors this run misses (a missing metric counts as missed)."""
+        scores = self.scores
+        return [
+            f"{metric} = {scores.get(metric, float('nan')):.2f}, expected {rule}"
+            for metric, rule in expect.items()
+            if metric not in scores or not check_floor(scores[metric], rule)
+        ]
+
+
+def run_recipe(
+    recipe: Recipe | None,
+    *,
+    recipe_path: str | None = None,
+    runs_dir: str | Path | None = None,
+    db: str | Path | None = None,
+    resume: str | None = None,
+    progress: bool = True,
+    command: str | None = None,
+    ingest: bool = True,
+) -> RunResult:
+    """Run ``recipe`` (or resume run ``resume``) and return its directory and record."""
+    dist = _init_distributed(recipe, resume)
+    if not dist.is_main:
+        return _run_worker(recipe, dist, progress)
+
+    runs_root = Path(runs_dir or (recipe.output.runs_dir if recipe else None) or paths.runs_dir()).expanduser()
+    with ExitStack() as stack:
+        if resume is not None:
+            run_dir = find_run(runs_root, resume)
+            stack.enter_context(_run_lock(run_dir))
+            recipe, live = _resume(run_dir, command)
+        else:
+            assert recipe is not None, "run_recipe needs a recipe or a run to resume"
+            db_path = _db_path(db, recipe)
+            _check_before_start(recipe, runs_root, db_path)
+            run_dir = _new_run_dir(runs_root, recipe)
+            stack.enter_context(_run_lock(run_dir))
+            live = _start(run_dir, recipe, recipe_path, command)
+        remove_stale_temps(run_dir, recursive=True)
+        db_path = _db_path(db, recipe)
+        indexer = _Indexer(db_path, run_dir) if ingest else None
+        live.on_save = indexer.index_quietly if indexer else None
+        live.save()
+        _agree_on_run(run_dir, live.record["phases_done"])
+        return _attempt(recipe, live, dist, progress, indexer)
+
+
+def _attempt(recipe: Recipe, live: LiveRecord, dist, progress: bool, indexer: _Indexer | None) -> RunResult:
+    record = live.record
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _in_main_thread() else None
+    live.start_heartbeat()
+    try:
+        _execute(recipe, live, progress, dist)
+        record["status"] = "finished"
+        record["finished_at"] = utc_now()
+    except KeyboardInterrupt:
+        record["status"] = "interrupted"
+        record["error"] = "interrupted (Ctrl-C or SIGTERM); resume with: xmcbench run --resume " + record["run_id"]
+        raise
+    except BaseException as exc:
+        record["status"] = "failed"
+        record["error"] = redact(f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        live.stop_heartbeat()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        live.save(index=False)
+        if indexer is not None:
+            indexer.index_finally(record)
+    return RunResult(live.run_dir, record, index_error=indexer.error if indexer else None)
+
+
+# --------------------------------------------------------------------------------------------
+# Starting and resuming
+
+
+def _db_path(db: str | Path | None, recipe: Recipe) -> Path:
+    return Path(db or recipe.output.db or paths.default_db_path()).expanduser()
+
+
+def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
+    """What can only be known at run time, checked before the run folder exists."""
+    resolve_device(recipe.hardware.devices)
+    if db_path.is_dir():
+        raise XmcbenchError(f"output.db {db_path} is a folder; give the path of a database file (e.g. {db_path}/xmcbench.duckdb)")
+    try:
+        runs_root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise XmcbenchError(f"cannot create the runs folder {runs_root} ({exc.strerror}); set output.runs_dir or XMCBENCH_HOME") from None
+    if not os.access(runs_root, os.W_OK | os.X_OK):
+        raise XmcbenchError(f"the runs folder {runs_root} is not writable; set output.runs_dir or XMCBENCH_HOME")
+
+
+def _new_run_dir(runs_root: Path, recipe: Recipe) -> Path:
+    slug = re.sub(r"[^a-z0-9.]+", "-", recipe.dataset.name.lower()).strip("-.") or "dataset"
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_id = check_name(f"{stamp}-{recipe.method.name.lower()}-{slug}-{secrets.token_hex(3)}", "run id")
+    run_dir = runs_root / run_id
+    run_dir.mkdir(parents=False, exist_ok=False)
+    return run_dir
+
+
+def _start(run_dir: Path, recipe: Recipe, recipe_path: str | None, command: str | None) -> LiveRecord:
+    """Write the resolved recipe and the first record of a new run."""
+    resolved = redact_data(recipe.resolved())
+    atomic_write(run_dir / RECIPE_FILE, yaml.safe_dump(resolved, sort_keys=False))
+    uses_encoder = METHODS.get(recipe.method.name).uses_encoder
+    facts = attempt_facts(command)
+    record = new_record(
+        run_dir.name,
+        name=redact(recipe.name),
+        phases_done=[],
+        task={"dataset": recipe.dataset.name, "dataset_variant": redact_data(recipe.dataset.variant),
+              "split": recipe.evaluation.split, "supervision": recipe.supervision.mode,
+              "label_fraction": recipe.supervision.label_fraction},
+        model={"method": recipe.method.name,
+               "encoder": recipe.encoder.name if uses_encoder else None,
+               "encoder_revision": recipe.encoder.revision if uses_encoder else None,
+               "params_total": None, "params_trainable": None},
+        provenance={**facts, "recipe_hash": recipe.hash(), "recipe_path": recipe_path, "seed": recipe.training.seed},
+        accounting={"batch_size": None, "pool_size_mean": None, "pool_size_max": None,
+                    "positives_per_query": None, "hard_negatives_per_query": None,
+                    "refresh_interval": None, "steps": None},
+    )
+    return LiveRecord(run_dir, record)
+
+
+def _resume(run_dir: Path, command: str | None) -> tuple[Recipe, LiveRecord]:
+    """The recorded recipe and record of an unfinished run, ready for another attempt."""
+    record = load_record(run_dir)
+    if record["status"] == "finished":
+        raise XmcbenchError(f"run {record['run_id']} already finished; nothing to resume")
+    recipe_file = run_dir / RECIPE_FILE
+    try:
+        data = yaml.safe_load(recipe_file.read_text(encoding="utf-8"))
+        recipe = recipe_from_dict(data, str(recipe_file))
+    except FileNotFoundError:
+        raise XmcbenchError(f"{recipe_file} is missing, so run {record['run_id']} cannot be resumed; start it again") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecipeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise XmcbenchError(f"{recipe_file} is damaged ({first}), so run {record['run_id']} cannot be resumed; start it again") from None
+    facts = attempt_facts(command)
+    # Each resume may run other code: keep what every attempt ran with.
+    record.setdefault("attempts", []).append({"resumed_at": utc_now(), **facts})
+    record["provenance"].update(pid=facts["pid"], host=facts["host"])
+    record.update(status="running", error=None)
+    live = LiveRecord(run_dir, record)
+    live.recover_lost_time()
+    return recipe, live
+
+
+def find_run(runs_root: Path, run_id: str) -> Path:
+    """The folder of run ``run_id`` (a unique prefix is enough; a run folder path also works)."""
+    if not run_id or not run_id.strip():
+        raise XmcbenchError("--resume needs a run id; list runs with `xmcbench runs list`")
+    given = Path(run_id).expanduser()
+    if os.sep in run_id or run_id.startswith("."):
+        if given.is_dir() and (given / RECORD_FILE).exists():
+            return given
+        raise XmcbenchError(f"{run_id} is not a run folder (no {RECORD_FILE} in it)")
+    check_name(run_id, "run id")
+    exact = runs_root / run_id
+    if exact.is_dir():
+        return exact
+    matches = sorted(p for p in runs_root.glob(f"{run_id}*") if p.is_dir()) if runs_root.is_dir() else []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise XmcbenchError(f"no run {run_id!r} under {runs_root}; list runs with `xmcbench runs list`")
+    raise XmcbenchError(f"{run_id!r} matches {len(matches)} runs: {', '.join(p.name for p in matches[:5])}")
+
+
+def _run_lock(run_dir: Path):
+    """Exclusive for the life of one attempt: a second ``--resume`` of the same run is refused."""
+    return file_lock(run_dir / LOCK_FILE, timeout=0, what=f"run {run_dir.name}")
+
+
+# --------------------------------------------------------------------------------------------
+# The database index, kept current while the run goes
+
+
+class _Indexer:
+    def __init__(self, db_path: Path, run_dir: Path):
+        self.db_path, self.run_dir = db_path, run_dir
+        self.error: str | None = None
+        self._warned = False
+
+    def _index(self, record: dict[str, Any], timeout_s: float | None) -> None:
+        from xmcbench.store import Store
+
+        kwargs = {} if timeout_s is None else {"timeout_s": timeout_s}
+        with Store.open(self.db_path, **kwargs) as store:
+            store.ingest_record(record, self.run_dir)
+
+    def index_quietly(self, record: dict[str, Any]) -> None:
+        """Index during the run; a busy or broken database is said once and never stops the run."""
+        try:
+            self._index(record, INDEX_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - the record on disk is the truth; the index catches up
+            if not self._warned:
+                log.warning("could not index the run in %s yet (%s); the run goes on", self.db_path,
+                            redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__)
+                self._warned = True
+
+    def index_finally(self, record: dict[str, Any]) -> None:
+        try:
+            self._index(record, None)
+        except Exception as exc:  # noqa: BLE001
+            reason = redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
+            self.error = (f"the run is complete in {self.run_dir}, but the database {self.db_path} could not index it "
+                          f"({reason}); `xmcbench ingest {self.run_dir.parent}` will index it")
+            log.error(self.error)
+
+
+# --------------------------------------------------------------------------------------------
+# Distributed hand-off: rank 0 decides, every rank learns
+
+
+def _init_distributed(recipe: Recipe | None, resume: str | None):
+    """Join torchrun's process group when WORLD_SIZE > 1 (one process per GPU), else a no-op."""
+    from xmcbench.train import init_distributed
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    wanted = recipe.hardware.num_gpus if recipe is not None else None
+    if wanted is not None and wanted > 1 and world != wanted:
+        raise XmcbenchError(
+            f"the recipe asks for hardware.num_gpus={wanted} but this is {world} process(es); launch with "
+            f"`torchrun --nproc-per-node {wanted} -m xmcbench run RECIPE`, or set hardware.num_gpus={world}"
+        )
+    if world <= 1:
+        return init_distributed()
+    device = recipe.hardware.devices if recipe is not None else "auto"
+    return init_distributed(device=None if device == "auto" else device)
+
+
+def _agree_on_run(run_dir: Path | None, phases_done: list[str] | None = None) -> tuple[Path, list[str]]:
+    """Rank 0 names the run and says which phases are done; every rank returns both."""
+    from xmcbench.train.distributed import all_gather_objects
+
+    shared = all_gather_objects((str(run_dir) if run_dir else None, list(phases_done or [])))[0]
+    return Path(shared[0]), shared[1]
+
+
+def _run_worker(recipe: Recipe | None, dist, progress: bool) -> RunResult:
+    """A non-zero rank under torchrun: train with the others; rank 0 records, predicts and evaluates."""
+    from xmcbench.train import barrier
+
+    run_dir, phases_done = _agree_on_run(None)
+    if recipe is None:  # resume: rank 0 has checked the run; read the same recorded recipe
+        recipe = recipe_from_dict(yaml.safe_load((run_dir / RECIPE_FILE).read_text()), str(run_dir / RECIPE_FILE))
+    record = new_record(run_dir.name, task={"dataset": recipe.dataset.name, "split": recipe.evaluation.split},
+                        model={"method": recipe.method.name}, phases_done=list(phases_done))
+    live = LiveRecord(run_dir, record)
+    if "train" in phases_done:
+        barrier()  # matches rank 0's barrier after preparing the dataset; rank 0 loads the trained model
+        return RunResult(run_dir, record)
+    _execute(recipe, live, False, dist)
+    return RunResult(run_dir, record)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_interrupt(signum, frame):
+    raise RunInterrupted()
+
+
+# --------------------------------------------------------------------------------------------
+# The phases, timed and marked
+
+
+def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
+    from xmcbench.train import barrier
+
+    record, run_dir = live.record, live.run_dir
+    world_size = dist.world_size
+    device = resolve_device(recipe.hardware.devices)
+    if device == "cuda" and world_size > 1:
+        device = str(dist.device)  # cuda:LOCAL_RANK
+    precision = recipe.training.precision
+    if precision == "auto":
+        precision = "bf16" if device.startswith("cuda") else "fp32"
+    ctx = RunContext(run_dir=run_dir, device=device, precision=precision, seed=recipe.training.seed,
+                     progress=progress, world_size=world_size, accounting=record["accounting"])
+    ctx.seed_everything()
+    walls = dict(record["compute"].get("wall_time_s", {}))
+    peaks = {k: record["compute"].get(k) for k in ("peak_host_mem_gb", "peak_gpu_mem_gb")}
+    record["compute"] = compute_facts(device, world_size)
+    record["compute"].update(wall_time_s=walls, precision=precision, **{k: v for k, v in peaks.items() if v})
+    done: list[str] = record["phases_done"]
+
+    def mark(phase: str) -> None:
+        if not dist.is_main:
+            return
+        if phase not in done:
+            done.append(phase)
+        compute = record["compute"]
+        compute["gpu_hours"] = (
+            (walls.get("train", 0.0) + walls.get("predict", 0.0)) / 3600 * compute["device_count"]
+            if device.startswith("cuda") else 0.0
+        )
+        update_peak_memory(compute, device)
+        live.save()
+
+    with live.phase("prepare"):
+        if not dist.is_main:
+            barrier()  # rank 0 synthesises / downloads / prepares first
+        data = phases.prepare(recipe, record, run_dir, progress)
+        if dist.is_main:
+            barrier()
+    mark("prepare")
+
+    with live.phase("train"):
+        method = phases.train(recipe, data, ctx, done, dist.is_main)
+    if not dist.is_main:
+        return  # prediction and evaluation happen once, on rank 0
+    record["compute"]["world_size"] = world_size
+    total, trainable = method.parameter_counts()
+    record["model"].update(params_total=int(total), params_trainable=int(trainable))
+    mark("train")
+
+    with live.phase("predict"):
+        preds = phases.predict(recipe, method, data, ctx, done)
+    mark("predict")
+
+    with live.phase("evaluate"):
+        phases.evaluate(recipe, preds, data, record)
+    mark("evaluate")
+
+
+__all__ = ["RunInterrupted", "RunResult", "effective_status", "find_run", "load_record", "run_recipe"]
