@@ -29,6 +29,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from xmcbench.metrics.names import FAMILIES, is_metric_name
+
 from xmcbench.errors import DataFormatError, XmcbenchError
 from xmcbench.registry import did_you_mean
 
@@ -46,8 +48,6 @@ CANONICAL_DATASETS = (
     "LF-AmazonTitles-1.3M",
     "EURLex-4K",
 )
-METRIC_FAMILIES = ("P", "nDCG", "PSP", "PSnDCG", "R")
-METRIC_NAME = re.compile(r"^(P|nDCG|PSP|PSnDCG|R)@([1-9][0-9]*)$")
 # full supervision; extreme zero-shot; few-shot with n% of the labels (MACLR Tables 2-3) or
 # n% of the positive pairs (MACLR Tables 11-12).
 SETTING = re.compile(r"^(full|zero-shot|few-shot-[0-9]+(\.[0-9]+)?%(-pairs)?)$")
@@ -130,9 +130,9 @@ class ReferenceRow(BaseModel):
         if not value:
             raise ValueError("no metrics; a row needs at least one printed number")
         for name, number in value.items():
-            if not METRIC_NAME.match(name):
+            if not is_metric_name(name):
                 k = name.rpartition("@")[2]
-                hint = did_you_mean(name, [f"{family}@{k}" for family in METRIC_FAMILIES])
+                hint = did_you_mean(name, [f"{family}@{k}" for family in FAMILIES])
                 raise ValueError(
                     f"unknown metric name {name!r}{hint}; use P@k, nDCG@k, PSP@k, PSnDCG@k or R@k"
                 )

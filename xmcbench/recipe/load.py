@@ -138,6 +138,7 @@ class _Includes:
 
     def __init__(self) -> None:
         self.resolved: dict[Path, dict[str, Any]] = {}
+        self.files = 0
 
     def resolve(self, path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
         path = path.resolve()
@@ -145,7 +146,8 @@ class _Includes:
             raise _fail(path, f"include cycle: {' -> '.join(str(p) for p in (*chain, path))}", key="include")
         if path in self.resolved:  # a diamond: the second route reuses the first result
             return self.resolved[path]
-        if len(self.resolved) >= MAX_FILES:
+        self.files += 1
+        if self.files > MAX_FILES:
             raise _fail(path, f"the recipe includes more than {MAX_FILES} files", key="include")
         data = parse_yaml(path)
         includes = data.pop("include", None)

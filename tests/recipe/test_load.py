@@ -1,0 +1,115 @@
+"""Recipe files that are not what they seem: one clear problem each, quickly (issue #9, point 10)."""
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from xmcbench.recipe import RecipeError, read_recipe
+from xmcbench.recipe.load import MAX_DEPTH
+from xmcbench.run import check_recipe
+
+GOOD = "name: t\ndataset: {name: synth-x, synthetic: {labels: 50, train: 100, test: 20}}\nmethod: {name: tfidf}\n"
+
+
+def problems_of(path):
+    recipe, problems = check_recipe(path)
+    assert recipe is None and problems
+    return " | ".join(str(p) for p in problems)
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (GOOD.encode("utf-16"), "not UTF-8"),
+        (b"name: t\n\xff\xfe garbage\n", "not UTF-8"),
+        (bytes(range(256)) * 4, "not UTF-8"),
+        (b"name: a\nname: b\ndataset: {name: x}\nmethod: {name: tfidf}\n", "duplicate key 'name'"),
+        (b"name: t\nmethod: {name: tfidf, name: dexml}\n", "duplicate key 'name'"),
+        (b"[" * 5000 + b"]" * 5000, "nested deeper"),
+        (b"a: " + b"{b: " * 200 + b"1" + b"}" * 200, "nested deeper"),
+        (b"- 1\n- 2\n", "a recipe is a mapping"),
+    ],
+)
+def test_bad_files_give_one_clear_problem(tmp_path, content, expected):
+    path = tmp_path / "r.yaml"
+    path.write_bytes(content)
+    assert expected in problems_of(path)
+
+
+def test_a_folder_is_not_a_recipe(tmp_path):
+    assert "is a folder" in problems_of(tmp_path)
+    (tmp_path / "r.yaml").write_text("include: sub\n" + GOOD)
+    (tmp_path / "sub").mkdir()
+    assert "is a folder" in problems_of(tmp_path / "r.yaml")
+
+
+def test_an_alias_bomb_is_refused(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    (tmp_path / "r.yaml").write_text("\n".join(lines) + "\n")
+    start = time.perf_counter()
+    assert "values" in problems_of(tmp_path / "r.yaml")
+    assert time.perf_counter() - start < 30  # refused, not expanded (generous: never a speed test)
+
+
+def test_a_diamond_of_includes_is_read_once_per_file(tmp_path, monkeypatch):
+    """Each layer includes the next layer twice: 2**20 routes, 21 files."""
+    from xmcbench.recipe import load
+
+    for i in range(20):
+        (tmp_path / f"l{i}.yaml").write_text(f"include: [l{i + 1}.yaml, l{i + 1}.yaml]\ntraining: {{epochs: {i}}}\n")
+    (tmp_path / "l20.yaml").write_text(GOOD)
+    reads = []
+    real = load.parse_yaml
+    monkeypatch.setattr(load, "parse_yaml", lambda path: reads.append(path) or real(path))
+    data = read_recipe(tmp_path / "l0.yaml")
+    assert data["training"]["epochs"] == 0 and data["method"]["name"] == "tfidf"
+    assert len(reads) == 21
+
+
+def test_too_many_included_files(tmp_path):
+    for i in range(100):
+        (tmp_path / f"l{i}.yaml").write_text(f"include: l{i + 1}.yaml\n")
+    (tmp_path / "l100.yaml").write_text(GOOD)
+    with pytest.raises(RecipeError, match="more than"):
+        read_recipe(tmp_path / "l0.yaml")
+
+
+def test_depth_limit_allows_real_recipes(tmp_path):
+    nested = "a: " + "{b: " * (MAX_DEPTH - 2) + "1" + "}" * (MAX_DEPTH - 2) + "\n"
+    (tmp_path / "r.yaml").write_text(nested)
+    assert read_recipe(tmp_path / "r.yaml")["a"]
+
+
+yaml_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20))
+yaml_values = st.recursive(
+    yaml_scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.dictionaries(st.sampled_from(["name", "dataset", "method", "training", "evaluation", "supervision",
+                                             "hardware", "output", "expect", "encoder", "junk", "include"]),
+                            yaml_values, max_size=8))
+def test_any_mapping_is_a_recipe_or_a_list_of_problems(tmp_path, data):
+    """Fuzz: whatever the sections hold, validation answers with problems, never an exception."""
+    import yaml
+
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(data))
+    recipe, problems = check_recipe(path)
+    assert (recipe is None) == bool(problems)
+    assert all(str(p) for p in problems)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=300))
+def test_any_bytes_are_a_recipe_or_a_list_of_problems(tmp_path, raw):
+    path = tmp_path / "fuzz.yaml"
+    path.write_bytes(raw)
+    recipe, problems = check_recipe(path)
+    assert recipe is None and problems
