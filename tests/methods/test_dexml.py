@@ -5,7 +5,7 @@ import torch
 
 from xmcbench.losses import decoupled_softmax_loss
 from xmcbench.methods.dexml import DexmlMethod
-from xmcbench.run import run_recipe
+from xmcbench.run import recipe_from_dict, run_recipe
 
 
 def run(recipe, tmp_path, **kw):
@@ -82,6 +82,6 @@ def test_validation_split_never_touches_test(tiny_recipe, tmp_path):
     data = recipe.model_dump()
     data["training"]["validation_fraction"] = 0.2
     data["method"] = {"name": "dexml"}
-    recipe = type(recipe).model_validate(data)
+    recipe = recipe_from_dict(data)
     result = run(recipe, tmp_path)
     assert result.record["accounting"]["validation_p1"] is not None

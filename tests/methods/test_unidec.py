@@ -8,7 +8,7 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.methods import dual_encoder as de
 from xmcbench.methods.base import RunContext
 from xmcbench.methods.unidec import UnidecConfig, UnidecMethod
-from xmcbench.run import run_recipe
+from xmcbench.run import recipe_from_dict, run_recipe
 from xmcbench.run.phases import build_train_task, ensure_dataset
 
 FAST = ("{name: unidec, dim: 16, positives_per_query: 2, hard_negatives: 2, refresh_every: 1, "
@@ -223,7 +223,7 @@ def test_validation_split_selects_the_model_on_training_rows(tiny_recipe, tmp_pa
     recipe = tiny_recipe(FAST, epochs=1, extra="")
     data = recipe.model_dump()
     data["training"]["validation_fraction"] = 0.2
-    recipe = type(recipe).model_validate(data)
+    recipe = recipe_from_dict(data)
     result = run(recipe, tmp_path)
     acc = result.record["accounting"]
     assert 0.0 <= acc["validation_p1"] <= 100.0
