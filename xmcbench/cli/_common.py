@@ -7,6 +7,7 @@ from typing import Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from xmcbench.errors import XmcbenchError
 
@@ -24,7 +25,8 @@ def handle_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except XmcbenchError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            # Messages quote paths and names the user chose: "[" in them must print, not style.
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")

@@ -41,6 +41,6 @@ def compare(
         colour = "green" if row.diff > 0 else "red"
         mark = f"[bold {colour}]*[/]" if row.significant else ""
         diff = f"[{colour}]{row.diff:+.2f}[/]" if row.significant else f"{row.diff:+.2f}"
-        table.add_row(row.name, f"{row.value_a:.2f}", f"{row.value_b:.2f}", diff, f"[{row.lo:+.2f}, {row.hi:+.2f}]", mark)
+        table.add_row(escape(row.name), f"{row.value_a:.2f}", f"{row.value_b:.2f}", diff, f"[{row.lo:+.2f}, {row.hi:+.2f}]", mark)
     console.print(f"A = {escape(result.run_a)}\nB = {escape(result.run_b)}", highlight=False)
     console.print(table)

@@ -329,7 +329,9 @@ def load_sparse(path: str | os.PathLike) -> sp.csr_matrix:
             raise DataFormatError(
                 path, None, f"not a scipy.sparse .npz file ({exc}); save it with scipy.sparse.save_npz"
             ) from None
-        matrix = sp.csr_matrix(matrix)
+        from xmcbench.metrics.validate import check_sparse  # lazy: keeps data importable on its own
+
+        matrix = check_sparse(matrix, path, allow_inf=True)  # before sort_indices trusts indptr
         matrix.sort_indices()
         return matrix
     return read_sparse_text(path)
