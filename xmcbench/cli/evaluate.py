@@ -149,10 +149,13 @@ def evaluate(
 def _load(path: Path, scores: bool = False):
     """A sparse file, checked like an in-memory matrix; errors name the file. Scores may be ±inf, labels not."""
     from xmcbench.data.sparse import load_sparse
+    from xmcbench.metrics.ranking import as_predictions
     from xmcbench.metrics.validate import check_sparse
 
     try:
-        return check_sparse(load_sparse(path), path, allow_inf=scores)
+        matrix = load_sparse(path)
+        # as_predictions also rejects a label scored twice in a row; labels may repeat (they are binarised).
+        return as_predictions(matrix, name=str(path)) if scores else check_sparse(matrix, path)
     except MemoryError:
         raise XmcbenchError(f"{path}: too large to load into memory; check the header's row and column counts") from None
 

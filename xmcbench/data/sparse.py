@@ -331,7 +331,7 @@ def load_sparse(path: str | os.PathLike) -> sp.csr_matrix:
             ) from None
         from xmcbench.metrics.validate import check_sparse  # lazy: keeps data importable on its own
 
-        matrix = check_sparse(matrix, path, allow_inf=True)  # before sort_indices trusts indptr
+        matrix = check_sparse(matrix, path, allow_inf=True, allow_repeats=False)  # before sort_indices trusts indptr
         matrix.sort_indices()
         return matrix
     return read_sparse_text(path)

@@ -45,7 +45,7 @@ def inv_propensity(train_labels, A: float, B: float) -> np.ndarray:
     if B <= -1:
         raise XmcbenchError(f"propensity B must be > -1 ((B + 1)^A must be real); got {B}")
     with np.errstate(all="ignore"):  # overflow and invalid powers are reported below, in one line
-        c = (math.log(n_rows) - 1.0) * (B + 1.0) ** A
+        c = (math.log(n_rows) - 1.0) * np.float64(B + 1.0) ** A  # numpy: overflow gives inf, not OverflowError
         weights = 1.0 + c * np.power(counts + B, -A)
     if weights.size and not np.isfinite(weights).all():
         raise XmcbenchError(

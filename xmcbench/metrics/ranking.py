@@ -89,7 +89,7 @@ def as_predictions(predictions, name: str = "predictions") -> sp.csr_matrix:
         dup = np.flatnonzero((rows[1:] == rows[:-1]) & (matrix.indices[1:] == matrix.indices[:-1]))
         if dup.size:
             raise XmcbenchError(
-                f"{name} score label {matrix.indices[dup[0]]} twice in row {rows[dup[0]]}; "
+                f"{name}: label {matrix.indices[dup[0]]} is scored twice in row {rows[dup[0]]}; "
                 "keep one score per (query, label)"
             )
         matrix.has_canonical_format = True
