@@ -173,3 +173,9 @@ def test_report_tables_escape_user_text_and_write_strict_json():
         assert literal in text
     records = json.loads(render(table, "json"), parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
     assert records[0]["P@1"] is None and records[1]["P@1"] == 40.0
+
+
+def test_strict_json_turns_non_finite_numbers_into_null():
+    text = _common.strict_json({"a": math.nan, "b": [1.0, math.inf, {"c": -math.inf}], "d": (2, "x")})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {"a": None, "b": [1.0, None, {"c": None}],
+                                                                          "d": [2, "x"]}

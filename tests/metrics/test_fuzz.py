@@ -4,6 +4,7 @@ reference implementation, or an XmcbenchError; never another exception, never a 
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -65,7 +66,7 @@ def structure_ok(shape, parts) -> bool:
         len(indptr) == n + 1
         and indptr[0] == 0
         and indptr[-1] == len(indices) == len(data)
-        and all(a <= b for a, b in zip(indptr, indptr[1:]))
+        and all(a <= b for a, b in pairwise(indptr))
         and all(0 <= i < n_labels for i in indices)
     )
 

@@ -9,7 +9,14 @@ import pytest
 import scipy.sparse as sp
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.metrics import evaluate, evaluate_with_ci, inv_propensity, label_frequencies, paired_bootstrap, top_k
+from xmcbench.metrics import (
+    evaluate,
+    evaluate_with_ci,
+    inv_propensity,
+    label_frequencies,
+    paired_bootstrap,
+    top_k,
+)
 from xmcbench.metrics.validate import check_number, check_sparse
 
 
@@ -131,3 +138,12 @@ def test_check_number():
         check_number(math.nan, "--B", low=0, low_open=True)
     with pytest.raises(XmcbenchError, match=r">= 1"):
         check_number(0, "x", low=1)
+
+
+def test_evaluate_by_group_validates_training_labels():
+    from xmcbench.metrics import evaluate_by_group
+
+    with pytest.raises(XmcbenchError, match=r"^training labels: label id -1"):
+        evaluate_by_group(TRUTH, TRUTH, corrupt(indices=(0, -1, 2)))
+    with pytest.raises(XmcbenchError, match="training labels must be a scipy.sparse matrix"):
+        evaluate_by_group(TRUTH, TRUTH, [[1, 0]])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, TypeVar
+import json
+import math
+from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
@@ -33,6 +35,21 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def strict_json(value: Any, **kwargs) -> str:
+    """JSON that every parser accepts: NaN/±inf (no JSON spelling) become null instead of bare NaN."""
+    return json.dumps(_finite(value), allow_nan=False, **kwargs)
 
 
 def parse_int_list(text: str, what: str = "k") -> tuple[int, ...]:

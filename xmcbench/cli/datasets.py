@@ -7,7 +7,6 @@ synthetic generator. Raw files and caches live under $XMCBENCH_HOME/datasets/.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -16,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmcbench import paths
-from xmcbench.cli._common import console, handle_errors
+from xmcbench.cli._common import console, handle_errors, strict_json
 from xmcbench.errors import XmcbenchError
 
 app = typer.Typer(
@@ -134,7 +133,7 @@ def info(
 
     ds = load_dataset(name, progress=not quiet)  # prepares from raw files when needed; never downloads
     if as_json:
-        typer.echo(json.dumps({"name": ds.name, "counts": ds.meta["counts"], "stats": ds.stats}, indent=2))
+        typer.echo(strict_json({"name": ds.name, "counts": ds.meta["counts"], "stats": ds.stats}, indent=2))
         return
     paper = ds.spec.paper_counts
     console.print(

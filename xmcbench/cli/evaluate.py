@@ -7,7 +7,6 @@ filter pairs, training labels and propensity A/B with ``--dataset``, and prints 
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,7 +16,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, handle_errors, parse_int_list
+from xmcbench.cli._common import console, handle_errors, parse_int_list, strict_json
 from xmcbench.errors import XmcbenchError
 
 DEFAULT_A, DEFAULT_B = 0.55, 1.5  # Jain et al.'s defaults, used with --train-truth when --A/--B are not given
@@ -120,9 +119,8 @@ def evaluate(
         ) from None
 
     if fmt == Format.json:
-        # allow_nan=False: the output must stay strict JSON; validation guarantees finite scores.
         values = {n: round(v[0], 4) if len(v) == 1 else [round(x, 4) for x in v] for n, v in scores.items()}
-        typer.echo(json.dumps(values, allow_nan=False))
+        typer.echo(strict_json(values))
         return
     note = f"{true_labels.shape[0]:,} queries, {true_labels.shape[1]:,} labels"
     if weights is not None:

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 from xmcbench.errors import DataFormatError
 
-__all__ = ["check_sparse", "check_values", "check_number"]
+__all__ = ["check_number", "check_sparse", "check_values"]
 
 
 def _fail(name, problem: str) -> DataFormatError:
@@ -131,7 +131,7 @@ def check_sparse(matrix, name, *, allow_inf: bool = False, allow_repeats: bool =
         _shape(matrix, name)
         try:  # dok/lil/dia/bsr: let scipy rebuild it, then check the CSR it builds
             matrix = sp.csr_matrix(matrix)
-        except Exception as exc:  # scipy raises assorted types for a corrupt matrix
+        except Exception as exc:  # noqa: BLE001 - scipy raises assorted types for a corrupt matrix
             raise _fail(name, f"corrupt sparse matrix ({exc}); save it again with scipy.sparse") from None
         _check_compressed(matrix, name)
     csr = matrix if matrix.format == "csr" and isinstance(matrix, sp.csr_matrix) else sp.csr_matrix(matrix)
