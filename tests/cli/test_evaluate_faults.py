@@ -68,7 +68,7 @@ HOSTILE_PREDICTIONS = {
                                    indptr=np.arange(4, dtype=np.int32)), "values have type"),
     "junk.npz": (lambda p: p.write_bytes(b"PK\x03\x04 not a zip"), "not a scipy.sparse .npz file"),
     "empty.npz": (lambda p: p.write_bytes(b""), "not a scipy.sparse .npz file"),
-    "dir.npz": (lambda p: p.mkdir(), "not a scipy.sparse .npz file"),
+    "dir.npz": (lambda p: p.mkdir(), "dir.npz is a directory; give the matrix file"),
     "missing.npz": (lambda p: None, "missing.npz: file not found"),
     "junk.txt": (lambda p: p.write_text("hello world\n"), "junk.txt:1: bad header"),
     "empty.txt": (lambda p: p.write_text(""), "empty.txt:1: missing header"),
@@ -77,7 +77,7 @@ HOSTILE_PREDICTIONS = {
     "duptext.txt": (lambda p: p.write_text("3 5\n0:1 0:2\n\n1:1\n"), "appears twice"),
     "nantext.txt": (lambda p: p.write_text("3 5\n0:nan\n\n1:1\n"), "nantext.txt: NaN value in row 0"),
     "binary.txt": (lambda p: p.write_bytes(bytes(range(256)) * 2), "binary.txt:1: bad header"),
-    "dir.txt": (lambda p: p.mkdir(), "dir.txt: cannot read file"),
+    "dir.txt": (lambda p: p.mkdir(), "dir.txt is a directory"),
     "wide.txt": (lambda p: p.write_text("3 1000000000000\n0:1\n\n1:1\n"), "shape (3, 1000000000000) but the ground"),
     "zero.npz": (lambda p: save_sparse(p, sp.csr_matrix((0, 5))), "shape (0, 5) but the ground truth has shape (3, 5)"),
 }

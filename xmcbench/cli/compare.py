@@ -32,7 +32,7 @@ def compare(
     with Store.open(db) as store:
         result = compare_runs(store, run_a, run_b, n_boot=n_boot, seed=seed)
     table = Table(
-        title=f"A − B on {escape(result.dataset)} {result.split} ({result.n_queries:,} queries, {result.n_boot} paired resamples)",
+        title=f"A − B on {escape(result.dataset)} {escape(str(result.split))} ({result.n_queries:,} queries, {result.n_boot} paired resamples)",
         caption="* the 95% interval excludes 0",
     )
     for header in ("metric", "A", "B", "A − B", "95% interval", ""):

@@ -150,6 +150,8 @@ def _load(path: Path, scores: bool = False):
     from xmcbench.metrics.ranking import as_predictions
     from xmcbench.metrics.validate import check_sparse
 
+    if path.is_dir():  # the readers would blame the format; the mistake is the path
+        raise XmcbenchError(f"{path} is a directory; give the matrix file (.npz or sparse text) inside it")
     try:
         matrix = load_sparse(path)
         # as_predictions also rejects a label scored twice in a row; labels may repeat (they are binarised).
