@@ -10,8 +10,8 @@ Conventions (shared by every metric, pyxclib/napkinXC-compatible):
 
 * **Predictions** are a CSR matrix (n, L) of scores. Every *stored* entry is a prediction, whatever
   its value (0 and negative scores included: inner products can be negative); absent entries are
-  not predicted. A dense (n, L) array means every label is scored. NaN scores are an error; a
-  label scored twice in one row is an error.
+  not predicted. A dense (n, L) array means every label is scored. NaN scores are an error
+  (±inf are scores: they rank first / last); a label scored twice in one row is an error.
 * **Ranking** is by score, descending; **ties are broken by the lower label index** (a stable,
   documented rule, not an accident of a sort). ``-0.0`` and ``0.0`` tie. float32 scores are
   compared exactly; float64 scores too (a slower path is taken when float32 would merge them).
@@ -289,7 +289,8 @@ def top_k(predictions, k: int, *, filter=None, chunk_entries: int = _CHUNK_ENTRI
     """Each row's top-k labels as an (n, k) int64 array, best first, padded with -1.
 
     Filter pairs are removed first; ties go to the lower label index; rows with fewer than k
-    (remaining) predictions are padded with -1.
+    (remaining) predictions are padded with -1. A k so far above the number of labels that the
+    padding alone would exceed ``chunk_entries`` slots is refused (XmcbenchError), not allocated.
     """
     if k < 1:
         raise XmcbenchError(f"k must be a positive integer; got {k}")
