@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, TypeVar
+import json
+import math
+from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from xmcbench.errors import XmcbenchError
 
@@ -24,13 +27,29 @@ def handle_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except XmcbenchError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            # Messages quote paths and names the user chose: "[" in them must print, not style.
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def strict_json(value: Any, **kwargs) -> str:
+    """JSON that every parser accepts: NaN/±inf (no JSON spelling) become null instead of bare NaN."""
+    return json.dumps(_finite(value), allow_nan=False, **kwargs)
 
 
 def parse_int_list(text: str, what: str = "k") -> tuple[int, ...]:

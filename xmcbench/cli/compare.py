@@ -32,7 +32,7 @@ def compare(
     with Store.open(db) as store:
         result = compare_runs(store, run_a, run_b, n_boot=n_boot, seed=seed)
     table = Table(
-        title=f"A − B on {escape(result.dataset)} {result.split} ({result.n_queries:,} queries, {result.n_boot} paired resamples)",
+        title=f"A − B on {escape(result.dataset)} {escape(str(result.split))} ({result.n_queries:,} queries, {result.n_boot} paired resamples)",
         caption="* the 95% interval excludes 0",
     )
     for header in ("metric", "A", "B", "A − B", "95% interval", ""):
@@ -41,6 +41,6 @@ def compare(
         colour = "green" if row.diff > 0 else "red"
         mark = f"[bold {colour}]*[/]" if row.significant else ""
         diff = f"[{colour}]{row.diff:+.2f}[/]" if row.significant else f"{row.diff:+.2f}"
-        table.add_row(row.name, f"{row.value_a:.2f}", f"{row.value_b:.2f}", diff, f"[{row.lo:+.2f}, {row.hi:+.2f}]", mark)
+        table.add_row(escape(row.name), f"{row.value_a:.2f}", f"{row.value_b:.2f}", diff, f"[{row.lo:+.2f}, {row.hi:+.2f}]", mark)
     console.print(f"A = {escape(result.run_a)}\nB = {escape(result.run_b)}", highlight=False)
     console.print(table)

@@ -7,15 +7,15 @@ synthetic generator. Raw files and caches live under $XMCBENCH_HOME/datasets/.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from xmcbench import paths
-from xmcbench.cli._common import console, handle_errors
+from xmcbench.cli._common import console, handle_errors, strict_json
 from xmcbench.errors import XmcbenchError
 
 app = typer.Typer(
@@ -63,10 +63,10 @@ def list_datasets() -> None:
             if split in here and here[split] != paper:  # show what the files really hold
                 cell = f"{here[split]:,}" + (f" [dim](paper {paper:,})[/]" if paper is not None else "")
             cells.append(cell)
-        name = spec.name + (" [dim](synthetic)[/]" if spec.synthetic else "")
-        table.add_row(name, *cells, spec.query_text, f"{spec.propensity_a:g}/{spec.propensity_b:g}", status)
+        name = escape(spec.name) + (" [dim](synthetic)[/]" if spec.synthetic else "")
+        table.add_row(name, *cells, escape(spec.query_text), f"{spec.propensity_a:g}/{spec.propensity_b:g}", status)
     console.print(table)
-    console.print(f"[dim]data folder: {paths.datasets_dir()}[/]", highlight=False)
+    console.print(f"[dim]data folder: {escape(str(paths.datasets_dir()))}[/]", highlight=False)
 
 
 @app.command("download")
@@ -88,11 +88,11 @@ def download(
     from xmcbench.data.download import download_dataset
 
     raw_dir = download_dataset(name, source=source, progress=not quiet)
-    console.print(f"raw files: {raw_dir}", highlight=False)
+    console.print(f"raw files: {raw_dir}", highlight=False, markup=False)
     if not no_prepare:
         ds = load_dataset(name, progress=not quiet)
         console.print(f"prepared:  {ds.path}  ({_count(ds.n_queries('train'))} train, "
-                      f"{_count(ds.n_queries('test'))} test, {_count(ds.n_labels)} labels)", highlight=False)
+                      f"{_count(ds.n_queries('test'))} test, {_count(ds.n_labels)} labels)", highlight=False, markup=False)
 
 
 @app.command("prepare")
@@ -111,12 +111,12 @@ def prepare(
     raw_dir = paths.dataset_raw_dir(spec.raw_group)
     prepared_dir = paths.dataset_prepared_dir(spec.name)
     if not force and is_prepared_current(spec, raw_dir, prepared_dir):
-        console.print(f"{spec.name}: prepared cache is up to date in {prepared_dir}", highlight=False)
+        console.print(f"{spec.name}: prepared cache is up to date in {prepared_dir}", highlight=False, markup=False)
         return
     if raw_status(spec) == "missing":
         raise XmcbenchError(f"dataset {spec.name} is not downloaded here; run `xmcbench datasets download {spec.name}`")
     prepare_cache(spec, raw_dir, prepared_dir, progress=not quiet)
-    console.print(f"prepared: {prepared_dir}", highlight=False)
+    console.print(f"prepared: {prepared_dir}", highlight=False, markup=False)
 
 
 @app.command("info")
@@ -133,13 +133,13 @@ def info(
 
     ds = load_dataset(name, progress=not quiet)  # prepares from raw files when needed; never downloads
     if as_json:
-        typer.echo(json.dumps({"name": ds.name, "counts": ds.meta["counts"], "stats": ds.stats}, indent=2))
+        typer.echo(strict_json({"name": ds.name, "counts": ds.meta["counts"], "stats": ds.stats}, indent=2))
         return
     paper = ds.spec.paper_counts
     console.print(
-        f"[bold]{ds.name}[/]  query text: {ds.query_text}  ·  propensity A/B: {ds.propensity_a:g} / "
+        f"[bold]{escape(ds.name)}[/]  query text: {escape(ds.query_text)}  ·  propensity A/B: {ds.propensity_a:g} / "
         f"{ds.propensity_b:g}  ·  version {ds.version}", highlight=False)
-    console.print(f"[dim]{ds.path}[/]", highlight=False)
+    console.print(f"[dim]{escape(str(ds.path))}[/]", highlight=False)
     table = Table(show_header=True)
     table.add_column("statistic")
     table.add_column("value", justify="right")
@@ -170,14 +170,14 @@ def verify(name: NameArg) -> None:
     table.add_column("detail", style="dim")
     colour = {"ok": "green", "missing": "red", "changed": "red", "unrecorded": "yellow"}
     for check in report.files:
-        table.add_row(check.name, f"[{colour[check.status]}]{check.status}[/]", check.detail)
+        table.add_row(escape(check.name), f"[{colour[check.status]}]{check.status}[/]", escape(check.detail))
     console.print(table)
     if not report.ok:
         raise XmcbenchError(
             f"{report.dataset}: {'; '.join(report.problems())}; run `xmcbench datasets download {report.dataset}` "
             "to fetch the files again"
         )
-    console.print(f"{report.dataset}: all {len(report.files)} raw files match {MANIFEST_NAME}", highlight=False)
+    console.print(f"{report.dataset}: all {len(report.files)} raw files match {MANIFEST_NAME}", highlight=False, markup=False)
 
 
 @app.command("synth")
@@ -200,7 +200,7 @@ def synth(
     spec = create_synthetic_dataset(name, n_labels=labels, n_train=train, n_test=test, seed=seed, force=force)
     raw_dir = paths.dataset_raw_dir(spec.raw_group)
     ds = load_dataset(spec.name, progress=not quiet)
-    console.print(f"synthetic dataset {spec.name}: raw files in {raw_dir}, prepared in {ds.path}", highlight=False)
+    console.print(f"synthetic dataset {spec.name}: raw files in {raw_dir}, prepared in {ds.path}", highlight=False, markup=False)
     table = Table(show_header=False)
     for stat, value in stats_rows(ds.stats):
         table.add_row(stat, value)

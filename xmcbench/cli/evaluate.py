@@ -7,19 +7,20 @@ filter pairs, training labels and propensity A/B with ``--dataset``, and prints 
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, handle_errors, parse_int_list
+from xmcbench.cli._common import console, handle_errors, parse_int_list, strict_json
 from xmcbench.errors import XmcbenchError
 
 DEFAULT_A, DEFAULT_B = 0.55, 1.5  # Jain et al.'s defaults, used with --train-truth when --A/--B are not given
+MAX_BOOT = 100_000  # time grows with replicates x queries: beyond this nothing changes but the wait
 
 
 class Format(str, Enum):
@@ -50,8 +51,8 @@ def evaluate(
         "--dataset", help="Use this prepared dataset's test labels, filter pairs, training labels and propensity A/B "
         "instead of --truth/--train-truth/--filter.")] = None,
     ci: Annotated[bool, typer.Option("--ci", help="Add 95% bootstrap intervals over queries.")] = False,
-    n_boot: Annotated[int, typer.Option("--n-boot", min=1, help="Bootstrap replicates for --ci.")] = 1000,
-    seed: Annotated[int, typer.Option(help="Seed of the bootstrap for --ci.")] = 0,
+    n_boot: Annotated[int, typer.Option("--n-boot", min=1, max=MAX_BOOT, help="Bootstrap replicates for --ci.")] = 1000,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the bootstrap for --ci.")] = 0,
 ) -> None:
     """Score predictions against ground truth: P@k, nDCG@k, R@k, and PSP@k / PSnDCG@k when training
     labels (or --dataset) give inverse propensities. Values are percentages.
@@ -59,12 +60,15 @@ def evaluate(
     Ties in scores go to the lower label index; filter pairs are removed from the predictions
     before top-k; rows with fewer than k predictions count the missing slots as misses.
     """
-    from xmcbench.data.sparse import load_sparse, read_filter_file
+    from xmcbench.data.sparse import read_filter_file
     from xmcbench.metrics import evaluate as evaluate_scores
     from xmcbench.metrics import evaluate_with_ci, inv_propensity
+    from xmcbench.metrics.validate import check_number
 
     ks = parse_int_list(k, "k")
-    pred = load_sparse(predictions)
+    a = None if a is None else check_number(a, "--A")
+    b = None if b is None else check_number(b, "--B")
+    pred = _load(predictions, scores=True)
     title = predictions.name
     if dataset is not None:
         given = [name for name, value in (("--truth", truth), ("--train-truth", train_truth), ("--filter", filter)) if value]
@@ -80,11 +84,11 @@ def evaluate(
     else:
         if truth is None:
             raise XmcbenchError("give the ground truth with --truth FILE, or a prepared dataset with --dataset NAME")
-        true_labels = load_sparse(truth)
+        true_labels = _load(truth)
         filter_pairs = None if filter is None else read_filter_file(filter, shape=true_labels.shape)
         if train_truth is None and (a is not None or b is not None):
             raise XmcbenchError("--A/--B need training labels (--train-truth FILE) to compute propensities")
-        train_labels = None if train_truth is None else load_sparse(train_truth)
+        train_labels = None if train_truth is None else _load(train_truth)
         a = DEFAULT_A if a is None else a
         b = DEFAULT_B if b is None else b
     if pred.shape != true_labels.shape:
@@ -92,6 +96,8 @@ def evaluate(
             f"{predictions} has shape {pred.shape} but the ground truth has shape {true_labels.shape}; "
             "predictions need one row per test query and one column per label"
         )
+    if true_labels.shape[0] == 0:
+        raise XmcbenchError(f"{predictions} and the ground truth have no rows; there are no queries to evaluate")
     weights = None
     if train_labels is not None:
         if train_labels.shape[1] != true_labels.shape[1]:
@@ -101,13 +107,20 @@ def evaluate(
             )
         weights = inv_propensity(train_labels, a, b)
 
-    if ci:
-        scores = evaluate_with_ci(pred, true_labels, ks, weights, filter_pairs, n_boot=n_boot, seed=seed)
-    else:
-        scores = {name: (value,) for name, value in evaluate_scores(pred, true_labels, ks, weights, filter_pairs).items()}
+    try:
+        if ci:
+            scores = evaluate_with_ci(pred, true_labels, ks, weights, filter_pairs, n_boot=n_boot, seed=seed)
+        else:
+            scores = {n: (v,) for n, v in evaluate_scores(pred, true_labels, ks, weights, filter_pairs).items()}
+    except MemoryError:
+        raise XmcbenchError(
+            f"out of memory evaluating {true_labels.shape[0]:,} queries x {true_labels.shape[1]:,} labels; "
+            "check the files' shapes (headers) or use a machine with more memory"
+        ) from None
 
     if fmt == Format.json:
-        typer.echo(json.dumps({n: round(v[0], 4) if len(v) == 1 else [round(x, 4) for x in v] for n, v in scores.items()}))
+        values = {n: round(v[0], 4) if len(v) == 1 else [round(x, 4) for x in v] for n, v in scores.items()}
+        typer.echo(strict_json(values))
         return
     note = f"{true_labels.shape[0]:,} queries, {true_labels.shape[1]:,} labels"
     if weights is not None:
@@ -122,13 +135,29 @@ def evaluate(
         for family in families:
             typer.echo(f"| {family} | " + " | ".join(cells[family]) + " |")
         return
-    table = Table(title=f"{title} ({note})", box=box.SIMPLE_HEAD)
+    table = Table(title=escape(f"{title} ({note})"), box=box.SIMPLE_HEAD)
     table.add_column("metric")
     for x in ks:
         table.add_column(f"@{x}", justify="right")
     for family in families:
         table.add_row(family, *cells[family])
     console.print(table)
+
+
+def _load(path: Path, scores: bool = False):
+    """A sparse file, checked like an in-memory matrix; errors name the file. Scores may be ±inf, labels not."""
+    from xmcbench.data.sparse import load_sparse
+    from xmcbench.metrics.ranking import as_predictions
+    from xmcbench.metrics.validate import check_sparse
+
+    if path.is_dir():  # the readers would blame the format; the mistake is the path
+        raise XmcbenchError(f"{path} is a directory; give the matrix file (.npz or sparse text) inside it")
+    try:
+        matrix = load_sparse(path)
+        # as_predictions also rejects a label scored twice in a row; labels may repeat (they are binarised).
+        return as_predictions(matrix, name=str(path)) if scores else check_sparse(matrix, path)
+    except MemoryError:
+        raise XmcbenchError(f"{path}: too large to load into memory; check the header's row and column counts") from None
 
 
 def _grid(scores: dict[str, tuple[float, ...]], ks: tuple[int, ...]) -> tuple[list[str], dict[str, list[str]]]:

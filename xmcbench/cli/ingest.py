@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from xmcbench.cli._common import console, err_console, handle_errors
 
@@ -26,7 +27,7 @@ def ingest(
         report = store.ingest_dir(directory)
         path = store.path
     for run_dir, reason in report.bad:
-        err_console.print(f"[red]bad[/] {run_dir}: {reason}", highlight=False, soft_wrap=True)
-    console.print(f"{report.summary()} → {path}", highlight=False)
+        err_console.print(f"[red]bad[/] {escape(f'{run_dir}: {reason}')}", highlight=False, soft_wrap=True)
+    console.print(escape(f"{report.summary()} → {path}"), highlight=False)
     if report.bad:
         raise typer.Exit(1)

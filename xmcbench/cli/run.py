@@ -18,13 +18,13 @@ from xmcbench.run import check_recipe, load_recipe
 
 
 def print_scores(record: dict) -> None:
-    table = Table(title=f"{record['run_id']}  [{record['status']}]")
+    table = Table(title=escape(f"{record['run_id']}  [{record['status']}]"))
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95% CI", justify="right")
     for s in record["scores"]:
         ci = f"{s['ci_lo']:.2f} – {s['ci_hi']:.2f}" if s.get("ci_lo") is not None else ""
-        table.add_row(s["name"], f"{s['value']:.2f}", ci)
+        table.add_row(escape(s["name"]), f"{s['value']:.2f}", ci)
     console.print(table)
 
 
@@ -58,7 +58,7 @@ def run(
     if int(os.environ.get("RANK", "0")) != 0:
         return  # under torchrun, rank 0 reports
     print_scores(result.record)
-    console.print(f"run directory: {result.run_dir}")
+    console.print(f"run directory: {escape(str(result.run_dir))}", highlight=False)
     if result.index_error:
         err_console.print(f"[yellow]warning:[/] {escape(result.index_error)}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
@@ -76,8 +76,8 @@ def validate(
         if problems:
             bad += 1
             for p in problems:
-                err_console.print(f"[red]✗[/] {p}", highlight=False, soft_wrap=True)
+                err_console.print(f"[red]✗[/] {escape(str(p))}", highlight=False, soft_wrap=True)
         else:
-            console.print(f"[green]✓[/] {path}", highlight=False)
+            console.print(f"[green]✓[/] {escape(str(path))}", highlight=False)
     if bad:
         raise typer.Exit(1)

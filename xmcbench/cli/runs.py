@@ -33,7 +33,7 @@ def list_runs(
         p1 = {s["run_id"]: s["value"] for s in store.scores(dataset=dataset, method=method, names=["P@1"])}
         path = store.path
     if not runs:
-        console.print(f"no runs in {path} match; index run directories with `xmcbench ingest DIR`", highlight=False)
+        console.print(f"no runs in {path} match; index run directories with `xmcbench ingest DIR`", highlight=False, markup=False)
         return
     table = Table(title=f"{len(runs)} runs in {escape(str(path))}")
     for header, justify in (("run id", "left"), ("status", "left"), ("dataset", "left"), ("split", "left"),
@@ -43,7 +43,7 @@ def list_runs(
         style = _STATUS_STYLE.get(run["status"], "")
         table.add_row(
             escape(run["run_id"]),
-            f"[{style}]{run['status']}[/]" if style else run["status"],
+            f"[{style}]{escape(run['status'])}[/]" if style else escape(run["status"]),
             escape(run["dataset"]),
             escape(run["split"]),
             escape(run["method"]),
@@ -67,7 +67,7 @@ def show(
         run = store.get_run(run_id)
     record = run["record"]
     style = _STATUS_STYLE.get(record["status"], "")
-    console.print(f"[bold]{escape(record['run_id'])}[/]  [{style}]{record['status']}[/]", highlight=False)
+    console.print(f"[bold]{escape(record['run_id'])}[/]  [{style}]{escape(str(record['status']))}[/]", highlight=False)
     console.print(f"created {record.get('created_at')}  finished {record.get('finished_at') or '–'}  dir {escape(str(run['run_dir'] or '–'))}", highlight=False)
     if record.get("error"):
         console.print(f"[red]error:[/] {escape(record['error'])}", highlight=False)

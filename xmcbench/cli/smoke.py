@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from xmcbench.cli._common import console, err_console, handle_errors
@@ -24,7 +25,7 @@ def smoke(
 
     outcomes = run_smoke(recipes_dir, db=db, runs_dir=runs_dir, only=only, progress=not quiet)
     datasets = sorted({o.result.record["task"]["dataset"] for o in outcomes if o.result})
-    table = Table(title=f"smoke suite on {', '.join(datasets) or '-'}")
+    table = Table(title=escape(f"smoke suite on {', '.join(datasets) or '-'}"))
     for col in ("recipe", "P@1", "P@5", "nDCG@5", "PSP@5", "R@100", "wall s", "floors"):
         table.add_column(col, justify="left" if col in ("recipe", "floors") else "right", no_wrap=True)
     for o in outcomes:
@@ -32,7 +33,7 @@ def smoke(
         scores = o.result.scores if o.result else {}
         wall = sum(rec["compute"].get("wall_time_s", {}).values()) if rec else 0.0
         table.add_row(
-            o.recipe.stem,
+            escape(o.recipe.stem),
             *[f"{scores[m]:.2f}" if m in scores else "-" for m in ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")],
             f"{wall:.0f}",
             "[green]ok[/]" if o.ok else "[red]FAIL[/]",
@@ -41,7 +42,7 @@ def smoke(
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
         for f in o.failures:
-            err_console.print(f"[red]✗[/] {o.recipe.name}: {f}", highlight=False)
+            err_console.print(f"[red]✗[/] {escape(f'{o.recipe.name}: {f}')}", highlight=False)
     if failed:
         raise typer.Exit(1)
     console.print(f"[green]all {len(outcomes)} smoke recipes met their floors[/]")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from xmcbench.cli._common import console, err_console, handle_errors
 from xmcbench.errors import XmcbenchError
@@ -55,7 +56,7 @@ def table(
         try:
             store.refresh_reference_results()
         except XmcbenchError as exc:  # the runs can still be shown
-            err_console.print(f"[yellow]warning:[/] published results not loaded: {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[yellow]warning:[/] published results not loaded: {escape(str(exc))}", highlight=False, soft_wrap=True)
         result = build_table(
             store,
             canonical_dataset(dataset),

@@ -329,7 +329,10 @@ def load_sparse(path: str | os.PathLike) -> sp.csr_matrix:
             raise DataFormatError(
                 path, None, f"not a scipy.sparse .npz file ({exc}); save it with scipy.sparse.save_npz"
             ) from None
-        matrix = sp.csr_matrix(matrix)
+        # Lazy, so that importing xmcbench.data does not pull in the metrics package.
+        from xmcbench.metrics.validate import check_sparse
+
+        matrix = check_sparse(matrix, path, allow_inf=True, allow_repeats=False)  # before sort_indices trusts indptr
         matrix.sort_indices()
         return matrix
     return read_sparse_text(path)

@@ -84,6 +84,7 @@ def evaluate_by_group(
     resolve_metrics(k, metrics, inv_propensity is not None)  # fail early, even for empty groups
     predictions = as_predictions(predictions)
     truth = as_truth(truth)
+    train_labels = as_truth(train_labels, name="training labels")
     if train_labels.shape[1] != truth.shape[1]:
         raise XmcbenchError(
             f"training labels have {train_labels.shape[1]} columns but the test truth has {truth.shape[1]}; "

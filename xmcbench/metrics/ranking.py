@@ -10,15 +10,19 @@ Conventions (shared by every metric, pyxclib/napkinXC-compatible):
 
 * **Predictions** are a CSR matrix (n, L) of scores. Every *stored* entry is a prediction, whatever
   its value (0 and negative scores included: inner products can be negative); absent entries are
-  not predicted. A dense (n, L) array means every label is scored. NaN scores are an error; a
-  label scored twice in one row is an error.
+  not predicted. A dense (n, L) array means every label is scored. NaN scores are an error
+  (±inf are scores: they rank first / last); a label scored twice in one row is an error.
 * **Ranking** is by score, descending; **ties are broken by the lower label index** (a stable,
   documented rule, not an accident of a sort). ``-0.0`` and ``0.0`` tie. float32 scores are
   compared exactly; float64 scores too (a slower path is taken when float32 would merge them).
 * **Filter** pairs (the LF datasets' reciprocal/self pairs) are removed from the predictions
   *before* top-k, so the next prediction moves up. They are never removed from the ground truth.
 * **Rows with fewer than k predictions** simply have fewer ranked labels: the missing slots are
-  misses (the metric's denominator does not shrink).
+  misses (the metric's denominator does not shrink). Any k >= 1 is valid, also above the number
+  of labels L (P@k then still divides by k); work and memory are bounded by L, not by k.
+* **Inputs are validated in full** (:mod:`xmcbench.metrics.validate`): corrupt ``indptr``,
+  negative or out-of-range label ids, NaN scores, non-finite labels and propensities are errors,
+  never silent misses.
 * **Ground truth is binarised**: every stored non-zero entry is a relevant label; explicit zeros
   are dropped; repeated entries count once.
 
@@ -41,6 +45,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.metrics.validate import check_sparse, check_values
 
 __all__ = ["RankedTruth", "as_predictions", "as_truth", "discounts", "find_in_rows", "rank_truth", "top_k"]
 
@@ -61,6 +66,7 @@ def as_predictions(predictions, name: str = "predictions") -> sp.csr_matrix:
         if predictions.ndim != 2:
             raise XmcbenchError(f"{name} must be a 2-D (queries x labels) score matrix; got shape {predictions.shape}")
         n, n_labels = predictions.shape
+        check_values(predictions.ravel(), np.arange(n + 1) * n_labels, name, allow_inf=True)
         # Every cell of a dense matrix is a score, zeros included: build the CSR by hand.
         matrix = sp.csr_matrix(
             (
@@ -71,14 +77,11 @@ def as_predictions(predictions, name: str = "predictions") -> sp.csr_matrix:
             shape=(n, n_labels),
         )
     elif sp.issparse(predictions):
-        matrix = sp.csr_matrix(predictions)
+        matrix = check_sparse(predictions, name, allow_inf=True, allow_repeats=False)
     else:
         raise XmcbenchError(f"{name} must be a scipy.sparse matrix or a 2-D numpy array; got {type(predictions).__name__}")
     if not np.issubdtype(matrix.dtype, np.floating):
         matrix = matrix.astype(np.float64)
-    if matrix.nnz and np.isnan(matrix.data.min()):  # a NaN propagates through min: one pass, no temporary
-        row = int(np.searchsorted(matrix.indptr, np.flatnonzero(np.isnan(matrix.data))[0], side="right") - 1)
-        raise XmcbenchError(f"{name} contain NaN scores (first in row {row}); fix the model output before evaluating")
     if not matrix.has_canonical_format:
         matrix = matrix.copy()
         matrix.sort_indices()
@@ -86,7 +89,7 @@ def as_predictions(predictions, name: str = "predictions") -> sp.csr_matrix:
         dup = np.flatnonzero((rows[1:] == rows[:-1]) & (matrix.indices[1:] == matrix.indices[:-1]))
         if dup.size:
             raise XmcbenchError(
-                f"{name} score label {matrix.indices[dup[0]]} twice in row {rows[dup[0]]}; "
+                f"{name}: label {matrix.indices[dup[0]]} is scored twice in row {rows[dup[0]]}; "
                 "keep one score per (query, label)"
             )
         matrix.has_canonical_format = True
@@ -98,9 +101,10 @@ def as_truth(truth, name: str = "truth") -> sp.csr_matrix:
     if isinstance(truth, np.ndarray):
         if truth.ndim != 2:
             raise XmcbenchError(f"{name} must be a 2-D (queries x labels) matrix; got shape {truth.shape}")
+        check_values(truth.ravel(), np.arange(truth.shape[0] + 1) * truth.shape[1], name, allow_inf=False)
         matrix = sp.csr_matrix(truth)
     elif sp.issparse(truth):
-        matrix = sp.csr_matrix(truth)
+        matrix = check_sparse(truth, name)
     else:
         raise XmcbenchError(f"{name} must be a scipy.sparse matrix or a 2-D numpy array; got {type(truth).__name__}")
     if not matrix.has_canonical_format or (matrix.nnz and not np.all(matrix.data != 0)):
@@ -285,11 +289,15 @@ def top_k(predictions, k: int, *, filter=None, chunk_entries: int = _CHUNK_ENTRI
     """Each row's top-k labels as an (n, k) int64 array, best first, padded with -1.
 
     Filter pairs are removed first; ties go to the lower label index; rows with fewer than k
-    (remaining) predictions are padded with -1.
+    (remaining) predictions are padded with -1. A k so far above the number of labels that the
+    padding alone would exceed ``chunk_entries`` slots is refused (XmcbenchError), not allocated.
     """
     if k < 1:
         raise XmcbenchError(f"k must be a positive integer; got {k}")
     predictions, _, removed = _prepare(predictions, None, filter)
+    n, n_labels = predictions.shape
+    if k > n_labels and n * (k - n_labels) > chunk_entries:  # only -1 padding past L: refuse an absurd amount
+        raise XmcbenchError(f"k={k} is far above the number of labels ({n_labels}); ask for k <= {n_labels}")
     out = np.full((predictions.shape[0], k), -1, dtype=np.int64)
     row_first = predictions.indptr.astype(np.int64)
     for chunk in _ranked_chunks(predictions, k, None, removed, chunk_entries):
@@ -330,9 +338,12 @@ class RankedTruth:
     n_true: np.ndarray  # (n_rows,) int64
     inv_propensity: np.ndarray | None = field(default=None, repr=False)
 
-    def _check_k(self, k: int) -> None:
+    def _check_k(self, k: int) -> int:
+        """``k`` capped at the number of labels: no row ranks or holds more, so every statistic at a
+        larger k equals the one at L, and memory stays O(L) however large k is."""
         if not 1 <= k <= self.k_max:
             raise ValueError(f"k={k} is outside 1..{self.k_max}; rank the truth with a larger k_max")
+        return min(k, self.n_labels)
 
     @cached_property
     def _cache(self) -> dict:
@@ -345,7 +356,7 @@ class RankedTruth:
         adds the hits since the nearest smaller cached k: asking for every k in increasing order
         costs one pass over the hits in all. Callers must not modify the returned arrays.
         """
-        self._check_k(k)
+        k = self._check_k(k)
         cache = self._cache.setdefault(name, {0: np.zeros(self.n_rows)})
         if k not in cache:
             below = max(x for x in cache if x < k)
@@ -366,10 +377,11 @@ class RankedTruth:
 
     def dcg(self, k: int) -> np.ndarray:
         """(n_rows,) sum over true labels ranked j < k of 1 / log2(j + 2)."""
-        return self._sum_top("dcg", k, lambda: discounts(self.k_max)[self.hit_rank])
+        return self._sum_top("dcg", k, lambda: discounts(min(self.k_max, self.n_labels))[self.hit_rank])
 
     def ideal_dcg(self, k: int) -> np.ndarray:
         """(n_rows,) best possible DCG@k: sum_{j < min(k, |y|)} 1 / log2(j + 2); 0 for rows without labels."""
+        k = min(k, self.n_labels)  # n_true <= L: the same sum, without an O(k) array
         cumulative = np.concatenate(([0.0], np.cumsum(discounts(k))))
         return cumulative[np.minimum(self.n_true, k)]
 
@@ -390,7 +402,7 @@ class RankedTruth:
 
     def ps_dcg(self, k: int) -> np.ndarray:
         """(n_rows,) sum over true labels ranked j < k of w_label / log2(j + 2)."""
-        return self._sum_top("ps_dcg", k, lambda: self._hit_weights * discounts(self.k_max)[self.hit_rank])
+        return self._sum_top("ps_dcg", k, lambda: self._hit_weights * discounts(min(self.k_max, self.n_labels))[self.hit_rank])
 
     @cached_property
     def _ideal(self) -> np.ndarray:
@@ -412,7 +424,7 @@ class RankedTruth:
         Built place by place from the nearest smaller cached k, adding the weight at place j to
         the rows that have more than j true labels — in the same order as a per-row loop would.
         """
-        self._check_k(k)
+        k = self._check_k(k)
         cache = self._cache.setdefault(name, {0: np.zeros(self.n_rows)})
         if k not in cache:
             below = max(x for x in cache if x < k)
@@ -467,7 +479,15 @@ def rank_truth(
     predictions, truth, removed = _prepare(predictions, truth, filter)
     n, n_labels = truth.shape
     if inv_propensity is not None:
-        inv_propensity = np.asarray(inv_propensity, dtype=np.float64).ravel()
+        try:
+            inv_propensity = np.asarray(inv_propensity, dtype=np.float64).ravel()
+        except (TypeError, ValueError):
+            raise XmcbenchError("inv_propensity must be an (L,) array of numbers") from None
+        if inv_propensity.size and not np.isfinite(inv_propensity).all():
+            raise XmcbenchError(
+                "inv_propensity has NaN or infinite weights; compute it with xmcbench.metrics.inv_propensity "
+                "from finite A and B"
+            )
         if inv_propensity.size != n_labels:
             raise XmcbenchError(
                 f"inv_propensity has {inv_propensity.size} entries but there are {n_labels} labels; "
@@ -494,7 +514,7 @@ def rank_truth(
     hit_rank = np.concatenate(hit_ranks) if hit_ranks else np.zeros(0, dtype=np.int64)
     hit_entry = np.concatenate(hit_entries) if hit_entries else np.zeros(0, dtype=np.int64)
     # Hits sorted by rank, so that "rank < k" is a prefix.
-    order = _order_small(hit_rank, k_max)
+    order = _order_small(hit_rank, min(k_max, max(n_labels, 1)))
     return RankedTruth(
         n_rows=n,
         n_labels=n_labels,

@@ -13,6 +13,7 @@ import csv
 import html
 import io
 import json
+import math
 from typing import Any
 
 from rich.console import Console
@@ -44,11 +45,14 @@ def format_cell(column: Column, value: Any) -> str:
 
 
 def _machine(value: Any) -> Any:
-    return round(value, 4) if isinstance(value, float) else value
+    if isinstance(value, float):  # NaN/inf have no strict-JSON spelling: they mean "no value"
+        return round(value, 4) if math.isfinite(value) else None
+    return value
 
 
 def to_rich(table: Table) -> RichTable:
-    out = RichTable(title=table.title, caption="; ".join(table.notes) or None, header_style="bold")
+    # Titles and notes carry dataset and run names: escaped so "[" prints instead of styling.
+    out = RichTable(title=escape(table.title), caption=escape("; ".join(table.notes)) or None, header_style="bold")
     for column in table.columns:
         out.add_column(escape(column.header), justify="left" if column.kind == "text" else "right", no_wrap=column.kind != "text")
     for i, row in enumerate(table.rows):
@@ -95,7 +99,7 @@ def to_json(table: Table) -> str:
         record["notes"] = row.get("notes")
         record["best"] = [name for name in table.metrics if table.is_best(i, name)]
         records.append(record)
-    return json.dumps(records, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(records, indent=2, ensure_ascii=False, allow_nan=False) + "\n"  # strict JSON only
 
 
 def to_html(table: Table) -> str:
