@@ -372,7 +372,7 @@ def _method_problems(file: str, method: dict[str, Any]) -> list[Problem]:
 
 def _dataset_problems(file: str, name: str) -> list[Problem]:
     """A dataset must be known to the registry unless the recipe says how to synthesise it."""
-    from xmcbench.data.registry import get_spec
+    from xmcbench.data.catalog import get_spec
 
     try:
         get_spec(name)

@@ -418,7 +418,7 @@ def _run_worker(recipe: Recipe | None, runs_dir, resume: str | None, dist, progr
 
 def _redact(text: str) -> str:
     """Tokens (URL credentials, ?token=, hf_...) never reach a record, a log or the database."""
-    from xmcbench.data.download import redact
+    from xmcbench.data.fetch import redact
 
     return redact(text)
 

@@ -18,7 +18,7 @@ from httpserver import QUOTA_PAGE, FileServer  # noqa: E402
 
 from xmcbench import paths  # noqa: E402
 from xmcbench.cli.datasets import app  # noqa: E402
-from xmcbench.data.registry import LF_FILES, DatasetSpec, Source, get_spec, save_local_spec  # noqa: E402
+from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source, get_spec, save_local_spec  # noqa: E402
 
 runner = CliRunner()
 

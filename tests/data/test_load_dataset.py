@@ -55,7 +55,7 @@ def test_download_when_asked(monkeypatch, synth_raw_dir):
             shutil.copyfile(synth_raw_dir / name, raw / name)
         return raw
 
-    import xmcbench.data.download as download
+    import xmcbench.data.fetch as download
 
     monkeypatch.setattr(download, "download_dataset", fake_download)
     ds = load_dataset("LF-AmazonTitles-131K", download=True, source="/some/mirror", progress=False)

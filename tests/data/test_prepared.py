@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from xmcbench.data import prepared as prepared_mod
-from xmcbench.data.jsonl import iter_records, write_lf_json
+from xmcbench.data.formats.lf_json import iter_records, write_lf_json
 from xmcbench.data.prepared import (
     FORMAT_VERSION,
     TextColumn,
@@ -20,7 +20,7 @@ from xmcbench.data.prepared import (
     load_prepared,
     prepare,
 )
-from xmcbench.data.registry import LF_FILES, DatasetSpec, Source
+from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source
 from xmcbench.errors import DataFormatError, XmcbenchError
 
 
@@ -176,7 +176,7 @@ def test_currency_follows_raw_files_and_spec(tmp_path):
     out = prepare(_spec(), raw, out, progress=False)
     assert is_prepared_current(_spec(), raw, out)
     # with a manifest, the sha256 decides: a re-download of the same bytes keeps the cache
-    from xmcbench.data.download import record_manifest
+    from xmcbench.data.fetch import record_manifest
 
     record_manifest(raw, ["trn.json.gz", "tst.json", "lbl.json.gz", "filter_labels_train.txt",
                           "filter_labels_test.txt"], "test")

@@ -10,9 +10,9 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.preprocessing import normalize
 
-from xmcbench.data.jsonl import iter_records
+from xmcbench.data.formats.lf_json import iter_records
 from xmcbench.data.prepared import load_prepared, prepare
-from xmcbench.data.registry import LF_FILES
+from xmcbench.data.catalog import LF_FILES
 from xmcbench.data.synth import make_synthetic_spec, make_words, synthesize
 
 

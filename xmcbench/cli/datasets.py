@@ -37,7 +37,7 @@ def _count(value: int | None) -> str:
 def list_datasets() -> None:
     """Every known dataset: sizes (paper / here), query text, propensity A/B, and what is on this machine."""
     from xmcbench.data import is_prepared_current, list_specs, load_prepared
-    from xmcbench.data.download import raw_status
+    from xmcbench.data.fetch import raw_status
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("dataset", no_wrap=True)
@@ -85,7 +85,7 @@ def download(
     Re-running after an interruption resumes; running it for a dataset already here only verifies it.
     """
     from xmcbench.data import load_dataset
-    from xmcbench.data.download import download_dataset
+    from xmcbench.data.fetch import download_dataset
 
     raw_dir = download_dataset(name, source=source, progress=not quiet)
     console.print(f"raw files: {raw_dir}", highlight=False)
@@ -105,7 +105,7 @@ def prepare(
     """Build (or rebuild) the prepared cache from raw files already downloaded."""
     from xmcbench.data import get_spec, is_prepared_current
     from xmcbench.data import prepare as prepare_cache
-    from xmcbench.data.download import raw_status
+    from xmcbench.data.fetch import raw_status
 
     spec = get_spec(name)
     raw_dir = paths.dataset_raw_dir(spec.raw_group)
@@ -157,7 +157,7 @@ def verify(name: NameArg) -> None:
 
     Exits with status 1 when a file is missing or changed.
     """
-    from xmcbench.data.download import MANIFEST_NAME, verify_dataset
+    from xmcbench.data.fetch import MANIFEST_NAME, verify_dataset
 
     report = verify_dataset(name)
     if not report.manifest_found:

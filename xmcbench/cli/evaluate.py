@@ -59,7 +59,7 @@ def evaluate(
     Ties in scores go to the lower label index; filter pairs are removed from the predictions
     before top-k; rows with fewer than k predictions count the missing slots as misses.
     """
-    from xmcbench.data.sparse import load_sparse, read_filter_file
+    from xmcbench.data.formats.xc_sparse import load_sparse, read_filter_file
     from xmcbench.metrics import evaluate as evaluate_scores
     from xmcbench.metrics import evaluate_with_ci, inv_propensity
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from xmcbench import paths
 from xmcbench.data.prepared import PreparedDataset, TextColumn, is_prepared_current, load_prepared, prepare
-from xmcbench.data.registry import DatasetSpec, Source, get_spec, list_specs, save_local_spec
+from xmcbench.data.catalog import DatasetSpec, Source, get_spec, list_specs, save_local_spec
 from xmcbench.data.synth import make_synthetic_spec, synthesize
 from xmcbench.errors import XmcbenchError
 
@@ -54,12 +54,12 @@ def load_dataset(
         return load_prepared(prepared_dir)
     if not _raw_complete(spec, raw_dir):
         if spec.synthetic is not None:
-            from xmcbench.data.download import record_manifest
+            from xmcbench.data.fetch import record_manifest
 
             synthesize(raw_dir, **spec.synthetic)
             record_manifest(raw_dir, list(spec.files), "synthetic")
         elif download:
-            from xmcbench.data.download import download_dataset
+            from xmcbench.data.fetch import download_dataset
 
             download_dataset(spec, source=source, progress=progress)
         else:
@@ -71,6 +71,6 @@ def load_dataset(
 
 
 def _raw_complete(spec: DatasetSpec, raw_dir) -> bool:
-    from xmcbench.data.registry import find_raw_file
+    from xmcbench.data.catalog import find_raw_file
 
     return all(find_raw_file(raw_dir, name) is not None for name in spec.files)

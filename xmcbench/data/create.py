@@ -7,7 +7,7 @@ both produce exactly the same files, manifest and local spec.
 from __future__ import annotations
 
 from xmcbench import paths
-from xmcbench.data.registry import DatasetSpec, check_dataset_name, get_spec, local_spec_path, save_local_spec
+from xmcbench.data.catalog import DatasetSpec, check_dataset_name, get_spec, local_spec_path, save_local_spec
 from xmcbench.errors import XmcbenchError
 
 
@@ -25,7 +25,7 @@ def create_synthetic_dataset(
 
     An existing dataset of that name made with other parameters is an error unless ``force``.
     """
-    from xmcbench.data.download import raw_status, record_manifest
+    from xmcbench.data.fetch import raw_status, record_manifest
     from xmcbench.data.synth import make_synthetic_spec, synthesize
 
     check_dataset_name(name)

@@ -39,8 +39,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmcbench import __version__
-from xmcbench.data.jsonl import RawReader, read_lf_chunks
-from xmcbench.data.registry import DatasetSpec, find_raw_file, raw_files
+from xmcbench.data.formats.lf_json import RawReader, read_lf_chunks
+from xmcbench.data.catalog import DatasetSpec, find_raw_file, raw_files
 from xmcbench.data.stats import dataset_stats
 from xmcbench.errors import XmcbenchError
 
@@ -272,7 +272,7 @@ def _read_meta(path: Path) -> dict | None:
 
 def _fingerprint(files: dict[str, Path], raw_dir: Path) -> dict[str, dict]:
     """``{spec file name: {"file" (as found in raw_dir), "sha256", "size", "mtime_ns"}}``."""
-    from xmcbench.data.download import sha256_file
+    from xmcbench.data.fetch import sha256_file
 
     records = {}
     for name, path in files.items():
@@ -284,7 +284,7 @@ def _fingerprint(files: dict[str, Path], raw_dir: Path) -> dict[str, dict]:
 
 def _manifest(raw_dir: Path) -> dict[str, dict]:
     """The download manifest (``{file: {"sha256", "size", ...}}``), or {} when absent or unreadable."""
-    from xmcbench.data.download import read_manifest
+    from xmcbench.data.fetch import read_manifest
 
     try:
         return read_manifest(raw_dir)
@@ -448,13 +448,13 @@ def _write_labels(spec: DatasetSpec, files: dict[str, Path], tmp: Path, progress
             texts.write(chunk.titles)
             uids.write(chunk.uids)
     elif spec.format == "lf-wikipedia-raw":
-        from xmcbench.data.wikipedia import read_yf
+        from xmcbench.data.formats.wikipedia import read_yf
 
         label_uids, names = read_yf(files["Yf.txt"])
         texts.write(names)
         uids.write(label_uids)
     else:
-        from xmcbench.data.eurlex import read_label_map
+        from xmcbench.data.formats.eurlex import read_label_map
 
         names = read_label_map(files["label_map.txt"])
         texts.write(names)
@@ -477,7 +477,7 @@ def _write_split(
     texts, uids = _ColumnWriter(tmp, f"{split}.text"), _ColumnWriter(tmp, f"{split}.uid")
     path = files[_SPLIT_FILES[spec.format][split]]
     if spec.format == "eurlex-raw":
-        from xmcbench.data.eurlex import read_eurlex_split
+        from xmcbench.data.formats.eurlex import read_eurlex_split
 
         y_file = {"train": "Y.trn.npz", "test": "Y.tst.npz"}[split]
         docs, labels = read_eurlex_split(path, files[y_file], n_labels)
@@ -511,7 +511,7 @@ def _write_filter(files: dict[str, Path], split: str, shape: tuple[int, int], tm
     name = _FILTER_FILES[split]
     if name not in files:
         return None
-    from xmcbench.data.sparse import read_filter_file
+    from xmcbench.data.formats.xc_sparse import read_filter_file
 
     matrix = sp.csr_matrix(read_filter_file(files[name], shape))
     matrix.sort_indices()

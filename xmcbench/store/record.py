@@ -71,7 +71,7 @@ def write_record(run_dir: Path | str, record: dict) -> Path:
 
     A reader (``xmcbench ingest``, a table) sees either the previous complete record or the new one.
     """
-    from xmcbench.data.registry import atomic_write_bytes
+    from xmcbench.data.catalog import atomic_write_bytes
 
     path = Path(run_dir) / RECORD_FILE
     record_rows(record, run_dir, where=path)  # never write a record the store would reject

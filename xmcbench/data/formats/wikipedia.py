@@ -1,7 +1,7 @@
 """Reader of LF-Wikipedia-500K's raw variant: ``trn.raw.json.gz``, ``tst.raw.json.gz``, ``Yf.txt``.
 
 The two JSON-lines files have the LF record layout (``uid``, ``title``, ``content``,
-``target_ind``) and are read by ``xmcbench.data.jsonl``; ``target_ind`` indexes the lines of
+``target_ind``) and are read by ``xmcbench.data.formats.lf_json``; ``target_ind`` indexes the lines of
 ``Yf.txt``. There are no filter files for this variant.
 
 ``Yf.txt`` holds one label (a Wikipedia category) per line, its name after ``->``. What stands
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xmcbench.data.jsonl import read_text_lines
+from xmcbench.data.formats.lf_json import read_text_lines
 
 ARROW = "->"
 

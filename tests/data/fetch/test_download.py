@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the shared server helper
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/ holds the shared server helper
 from httpserver import PERMISSION_PAGE, QUOTA_PAGE, FileServer  # noqa: E402
 
 from xmcbench import paths  # noqa: E402
-from xmcbench.data import download as dl  # noqa: E402
-from xmcbench.data.download import (  # noqa: E402
+from xmcbench.data import fetch as dl  # noqa: E402
+from xmcbench.data.fetch import (  # noqa: E402
     download_dataset,
     fetch_url,
     parse_source,
@@ -28,7 +28,7 @@ from xmcbench.data.download import (  # noqa: E402
     verify_dataset,
     write_manifest,
 )
-from xmcbench.data.registry import LF_FILES, DatasetSpec, Source  # noqa: E402
+from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source  # noqa: E402
 from xmcbench.errors import DownloadError  # noqa: E402
 
 

@@ -47,11 +47,11 @@ from rich.console import Console
 from rich.filesize import decimal as human_size
 
 from xmcbench import __version__, paths
-from xmcbench.data.extract import archive_kind, extract_archive, is_archive_name
+from xmcbench.data.fetch.extract import archive_kind, extract_archive, is_archive_name
 from xmcbench.errors import DownloadError
 
 if TYPE_CHECKING:
-    from xmcbench.data.registry import DatasetSpec, Source
+    from xmcbench.data.catalog import DatasetSpec, Source
 
 __all__ = [
     "MANIFEST_NAME",
@@ -92,7 +92,7 @@ def parse_source(text: str) -> "Source":
     ``hf://ORG/REPO[/subdir]`` -> Hugging Face Hub dataset repo; an existing directory or file
     (``file://`` allowed) -> local.
     """
-    from xmcbench.data.registry import Source
+    from xmcbench.data.catalog import Source
 
     raw = text.strip()
     low = raw.lower()
@@ -221,7 +221,7 @@ def record_manifest(raw_dir: str | os.PathLike, files: list[str], source: str) -
     For raw files made here rather than downloaded (``datasets synth``, a user's own files).
     Entries whose content did not change keep their original ``downloaded_at``. Returns the entries.
     """
-    from xmcbench.data.registry import find_raw_file
+    from xmcbench.data.catalog import find_raw_file
 
     raw_dir = Path(raw_dir)
     old = read_manifest(raw_dir)
@@ -276,7 +276,7 @@ class VerifyReport:
 
 def verify_dataset(name: "str | DatasetSpec") -> VerifyReport:
     """Recompute size and sha256 of every expected raw file and compare with the manifest."""
-    from xmcbench.data.registry import find_raw_file
+    from xmcbench.data.catalog import find_raw_file
 
     spec = _resolve_spec(name)
     raw_dir = paths.dataset_raw_dir(spec.raw_group)
@@ -306,7 +306,7 @@ def verify_dataset(name: "str | DatasetSpec") -> VerifyReport:
 def raw_status(name: "str | DatasetSpec") -> Literal["complete", "partial", "missing"]:
     """Quick presence check without hashing: 'complete' when every expected file exists with the
     size its manifest entry records."""
-    from xmcbench.data.registry import find_raw_file
+    from xmcbench.data.catalog import find_raw_file
 
     spec = _resolve_spec(name)
     raw_dir = paths.dataset_raw_dir(spec.raw_group)
@@ -812,7 +812,7 @@ def _fetch_hf(spec, src: "Source", local_dir: Path, progress: bool) -> Path:
 
 def _resolve_spec(name_or_spec) -> "DatasetSpec":
     if isinstance(name_or_spec, str):
-        from xmcbench.data.registry import get_spec
+        from xmcbench.data.catalog import get_spec
 
         return get_spec(name_or_spec)
     return name_or_spec

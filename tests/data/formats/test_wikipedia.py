@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from xmcbench.data.jsonl import write_lf_json
+from xmcbench.data.formats.lf_json import write_lf_json
 from xmcbench.data.prepared import load_prepared, prepare
-from xmcbench.data.registry import get_spec
-from xmcbench.data.wikipedia import read_yf
+from xmcbench.data.catalog import get_spec
+from xmcbench.data.formats.wikipedia import read_yf
 from xmcbench.errors import DataFormatError
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from xmcbench import paths
-from xmcbench.data.registry import (
+from xmcbench.data.catalog import (
     LF_FILES,
     DatasetSpec,
     Source,

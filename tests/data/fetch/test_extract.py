@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from xmcbench.data import extract as extract_mod
-from xmcbench.data.extract import UnsafeArchiveError, archive_kind, extract_archive, is_archive_name
+from xmcbench.data.fetch import extract as extract_mod
+from xmcbench.data.fetch.extract import UnsafeArchiveError, archive_kind, extract_archive, is_archive_name
 from xmcbench.errors import DownloadError
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from xmcbench.data.jsonl import read_text_lines
-from xmcbench.data.sparse import load_sparse
+from xmcbench.data.formats.lf_json import read_text_lines
+from xmcbench.data.formats.xc_sparse import load_sparse
 from xmcbench.errors import DataFormatError
 
 
