@@ -1,10 +1,11 @@
-"""Progress bars for long work (rich), silenced with ``enabled=False`` / ``--quiet``."""
+"""Progress bars for long work (rich, on stderr so stdout stays clean), silenced with ``enabled=False`` / ``--quiet``."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Iterable, Iterator, TypeVar
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 T = TypeVar("T")
@@ -18,6 +19,7 @@ def make_progress(transient: bool = False) -> Progress:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         transient=transient,
+        console=Console(stderr=True),
     )
 
 

@@ -23,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -199,33 +198,10 @@ def _peak_memory(record: dict[str, Any], device: str) -> None:
 def ensure_dataset(recipe: Recipe, progress: bool = True):
     """Load the prepared dataset, synthesising or downloading it first when the recipe allows."""
     from xmcbench.data import load_dataset
-    from xmcbench.data.create import create_synthetic_dataset
 
     ds = recipe.dataset
-    # Parallel runs of recipes on one dataset must not generate or prepare it at the same time.
-    with _folder_lock(paths.datasets_dir() / ".locks", ds.name.lower()):
-        if ds.synthetic is not None:
-            p = ds.synthetic
-            create_synthetic_dataset(ds.name, n_labels=p.labels, n_train=p.train, n_test=p.test, seed=p.seed,
-                                     exist_ok=True)
-        return load_dataset(ds.name, download=True, source=ds.source, progress=progress)
-
-
-@contextmanager
-def _folder_lock(folder: Path, name: str):
-    """An exclusive advisory lock (flock) on ``folder/name.lock``, held for the block."""
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # no advisory locks on this platform: parallel preparation is the user's call
-        yield
-        return
-    with open(folder / f"{name}.lock", "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return load_dataset(ds.name, download=True, source=ds.source,
+                        synthetic=ds.synthetic.model_dump() if ds.synthetic else None, progress=progress)
 
 
 def build_train_task(recipe: Recipe, dataset, inv_prop: np.ndarray) -> TrainTask:
@@ -418,7 +394,7 @@ def _run_worker(recipe: Recipe | None, runs_dir, resume: str | None, dist, progr
 
 def _redact(text: str) -> str:
     """Tokens (URL credentials, ?token=, hf_...) never reach a record, a log or the database."""
-    from xmcbench.data.fetch import redact
+    from xmcbench.redact import redact
 
     return redact(text)
 

@@ -55,9 +55,9 @@ def test_download_when_asked(monkeypatch, synth_raw_dir):
             shutil.copyfile(synth_raw_dir / name, raw / name)
         return raw
 
-    import xmcbench.data.fetch as download
+    import xmcbench.data.load as load_mod
 
-    monkeypatch.setattr(download, "download_dataset", fake_download)
+    monkeypatch.setattr(load_mod, "download_dataset", fake_download)
     ds = load_dataset("LF-AmazonTitles-131K", download=True, source="/some/mirror", progress=False)
     assert calls == [("LF-AmazonTitles-131K", "/some/mirror")]
     assert ds.name == "LF-AmazonTitles-131K" and ds.n_labels == 200 and ds.propensity_a == 0.6

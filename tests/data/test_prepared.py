@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from lf_json_helpers import iter_records, write_lf_json
 
 from xmcbench.data import prepared as prepared_mod
-from xmcbench.data.formats.lf_json import iter_records, write_lf_json
 from xmcbench.data.prepared import (
     FORMAT_VERSION,
     TextColumn,

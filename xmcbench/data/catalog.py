@@ -1,39 +1,63 @@
-"""The dataset registry: what each XC dataset is, where its raw files come from, how to read it.
+"""The dataset catalogue: what each XC dataset is, where its raw files come from, how to read it.
 
 A ``DatasetSpec`` says everything xmcbench needs to know about one dataset before touching it:
 its raw format and files, its download sources (Google Drive by default, or any URL, Hugging Face
 Hub repository or local folder), the counts the papers report, which text is the query (title
 only, or title + content) and the propensity A/B of the inverse-propensity metrics.
 
-Built-in specs cover the XC repository datasets the five papers evaluate on (numbers and Drive
-ids from ``shared/design/evaluation.md``). Local specs (synthetic datasets, user-added data) are
-JSON files at ``paths.datasets_dir()/<name>/spec.json``. Names are case-insensitive everywhere::
+The built-in specs are read from ``catalog.yaml`` beside this module (one entry per raw group,
+its title-only and full-text variants listed under it). Local specs (synthetic datasets,
+user-added data) are JSON files at ``paths.datasets_dir()/<name>/spec.json``. Names are
+case-insensitive everywhere::
 
     >>> get_spec("lf-amazontitles-131k").query_text
     'title'
 
-Raw files live in ``paths.dataset_raw_dir(spec.raw_group)`` (title-only and full-text variants
-share one raw folder); the prepared cache in ``paths.dataset_prepared_dir(spec.name)``.
+Every name that becomes a folder (a dataset name, a raw group) is checked by
+``check_dataset_name`` first, so no name can reach outside ``$XMCBENCH_HOME``. Raw files live in
+``paths.dataset_raw_dir(spec.raw_group)`` (title-only and full-text variants share one raw
+folder); the prepared cache in ``paths.dataset_prepared_dir(spec.name)``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from xmcbench import paths
+from xmcbench import fsutil, paths
+from xmcbench.data.formats import FORMATS
 from xmcbench.errors import DataFormatError, XmcbenchError
 from xmcbench.registry import Registry, UnknownNameError, did_you_mean
 
 SPEC_FILENAME = "spec.json"
+CATALOG_FILE = "catalog.yaml"
 LF_FILES = ["trn.json.gz", "tst.json.gz", "lbl.json.gz", "filter_labels_train.txt", "filter_labels_test.txt"]
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+MAX_NAME_LENGTH = 100
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def check_dataset_name(name: str) -> str:
+    """``name`` if it can be a folder under $XMCBENCH_HOME; XmcbenchError otherwise.
+
+    Refused before any file or folder is made: empty names, names over 100 characters, ``/``,
+    ``\\``, ``..``, a leading ``.``, NUL and other control characters; in short anything but
+    letters, digits, '.', '_' and '-' starting with a letter or digit.
+    """
+    if not isinstance(name, str) or not name:
+        raise XmcbenchError("invalid dataset name: it is empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise XmcbenchError(f"invalid dataset name {name[:40]!r}…: longer than {MAX_NAME_LENGTH} characters")
+    if ".." in name or not _NAME_RE.match(name):
+        raise XmcbenchError(
+            f"invalid dataset name {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or "
+            "digit, no '..'), so that it cannot name a folder outside $XMCBENCH_HOME"
+        )
+    return name
 
 
 class Source(BaseModel):
@@ -55,7 +79,7 @@ class DatasetSpec(BaseModel):
 
     name: str  # canonical display name, e.g. "LF-AmazonTitles-131K"
     raw_group: str  # raw folder shared by title/full variants, e.g. "LF-Amazon-131K"
-    format: Literal["lf-json", "lf-wikipedia-raw", "eurlex-raw"]
+    format: str  # a name in xmcbench.data.formats.FORMATS: "lf-json", "lf-wikipedia-raw", "eurlex-raw"
     query_text: Literal["title", "title+content", "text"]
     files: list[str]  # raw files expected after download/extraction
     sources: list[Source]  # first is the default (see default_sources)
@@ -64,6 +88,21 @@ class DatasetSpec(BaseModel):
     propensity_b: float
     description: str = ""
     synthetic: dict | None = None  # generator parameters when made by `datasets synth`
+
+    @field_validator("name", "raw_group")
+    @classmethod
+    def _folder_name(cls, value: str) -> str:
+        try:
+            return check_dataset_name(value)
+        except XmcbenchError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value not in FORMATS:
+            raise ValueError(f"unknown format {value!r}; known: {', '.join(FORMATS.names())}")
+        return FORMATS.canonical(value)
 
     def default_sources(self) -> list[Source]:
         """The sources a plain download fetches.
@@ -84,88 +123,24 @@ class DatasetSpec(BaseModel):
         return parts
 
 
-def _gdrive_archive(drive_id: str, archive_name: str, subdir: str) -> list[Source]:
-    return [Source(kind="gdrive", ref=drive_id, filename=archive_name, archive=True, subdir=subdir)]
+def _read_catalog() -> list[DatasetSpec]:
+    """The built-in specs of ``catalog.yaml``: each variant merged over its raw group's fields."""
+    text = resources.files("xmcbench.data").joinpath(CATALOG_FILE).read_text(encoding="utf-8")
+    specs = []
+    for group in yaml.safe_load(text)["datasets"]:
+        group = dict(group)
+        variants = group.pop("variants")
+        specs += [DatasetSpec(**{**group, **variant}) for variant in variants]
+    return specs
 
-
-# Propensity A/B follow DEXML's rule (amazon -> 0.6/2.6; wiki but not wikiseealso -> 0.5/0.4;
-# else 0.55/1.5), the most common choice; a recipe may override them.
-_BUILTINS: list[DatasetSpec] = [
-    DatasetSpec(
-        name="LF-AmazonTitles-131K", raw_group="LF-Amazon-131K", format="lf-json", query_text="title",
-        files=LF_FILES, sources=_gdrive_archive("1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E", "LF-Amazon-131K.raw.zip", "LF-Amazon-131K"),
-        paper_counts={"train": 294_805, "test": 134_835, "labels": 131_073}, propensity_a=0.6, propensity_b=2.6,
-        description="Amazon product titles -> titles of related products (short text).",
-    ),
-    DatasetSpec(
-        name="LF-Amazon-131K", raw_group="LF-Amazon-131K", format="lf-json", query_text="title+content",
-        files=LF_FILES, sources=_gdrive_archive("1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E", "LF-Amazon-131K.raw.zip", "LF-Amazon-131K"),
-        paper_counts={"train": 294_805, "test": 134_835, "labels": 131_073}, propensity_a=0.6, propensity_b=2.6,
-        description="Amazon product title + description -> titles of related products.",
-    ),
-    DatasetSpec(
-        name="LF-WikiSeeAlsoTitles-320K", raw_group="LF-WikiSeeAlso-320K", format="lf-json", query_text="title",
-        files=LF_FILES, sources=_gdrive_archive("1QZD4dFVxDpskCI2kGH9IbzgQR1JSZT-N", "LF-WikiSeeAlso-320K.raw.zip", "LF-WikiSeeAlso-320K"),
-        paper_counts={"train": 693_082, "test": 177_515, "labels": 312_330}, propensity_a=0.55, propensity_b=1.5,
-        description="Wikipedia article titles -> 'See also' article titles.",
-    ),
-    DatasetSpec(
-        name="LF-WikiSeeAlso-320K", raw_group="LF-WikiSeeAlso-320K", format="lf-json", query_text="title+content",
-        files=LF_FILES, sources=_gdrive_archive("1QZD4dFVxDpskCI2kGH9IbzgQR1JSZT-N", "LF-WikiSeeAlso-320K.raw.zip", "LF-WikiSeeAlso-320K"),
-        paper_counts={"train": 693_082, "test": 177_515, "labels": 312_330}, propensity_a=0.55, propensity_b=1.5,
-        description="Wikipedia article title + text -> 'See also' article titles.",
-    ),
-    DatasetSpec(
-        name="LF-WikiTitles-500K", raw_group="LF-WikiTitles-500K", format="lf-json", query_text="title",
-        files=LF_FILES, sources=_gdrive_archive("1lKUyg4VUYBdILyb6t8gKpOyCz9pdpJQw", "LF-WikiTitles-500K.raw.zip", "LF-WikiTitles-500K"),
-        # PRIME reports ~1.8M / ~0.8M; the figures below are LF-Wikipedia-500K's, the same articles.
-        paper_counts={"train": 1_813_391, "test": 783_743, "labels": 501_070}, propensity_a=0.5, propensity_b=0.4,
-        description="Wikipedia article titles -> Wikipedia categories.",
-    ),
-    DatasetSpec(
-        name="LF-Wikipedia-500K", raw_group="LF-Wikipedia-500K", format="lf-wikipedia-raw", query_text="title+content",
-        files=["trn.raw.json.gz", "tst.raw.json.gz", "Yf.txt"],
-        sources=[
-            Source(kind="gdrive", ref="10RBSf6nC9C38wUMwqWur2Yd8mCwtup5K", filename="trn.raw.json.gz"),
-            Source(kind="gdrive", ref="1pEyKXtkwHhinuRxmARhtwEQ39VIughDf", filename="tst.raw.json.gz"),
-            Source(kind="gdrive", ref="1ZYTZPlnkPBCMcNqRRO-gNx8EPgtV-GL3", filename="Yf.txt"),
-        ],
-        # DEXML lists 1,779,881 / 769,421; LMTX and MACLR 1,813,391 / 783,743.
-        paper_counts={"train": 1_813_391, "test": 783_743, "labels": 501_070}, propensity_a=0.5, propensity_b=0.4,
-        description="Wikipedia article title + text -> Wikipedia categories (raw variant, no filter files).",
-    ),
-    DatasetSpec(
-        name="LF-AmazonTitles-1.3M", raw_group="LF-Amazon-1.3M", format="lf-json", query_text="title",
-        files=LF_FILES, sources=_gdrive_archive("12zH4mL2RX8iSvH0VCNnd3QxO4DzuHWnK", "LF-Amazon-1.3M.raw.zip", "LF-Amazon-1.3M"),
-        paper_counts={"train": 2_248_619, "test": 970_237, "labels": 1_305_265}, propensity_a=0.6, propensity_b=2.6,
-        description="Amazon product titles -> titles of co-purchased/co-viewed products (1.3M labels).",
-    ),
-    DatasetSpec(
-        name="EURLex-4K", raw_group="EURLex-4K", format="eurlex-raw", query_text="text",
-        files=["train_raw_texts.txt", "test_raw_texts.txt", "label_map.txt", "Y.trn.npz", "Y.tst.npz"],
-        sources=_gdrive_archive("1A_sL_mzpkmnr6g0DSZ0_xJTr4GN-rIfi", "Eurlex-4K.tar.gz", "Eurlex-4K"),
-        # Some copies have 3,801 labels (DEXML's table); the XR-Transformer archive has 3,956.
-        paper_counts={"train": 15_449, "test": 3_865, "labels": 3_956}, propensity_a=0.55, propensity_b=1.5,
-        description="EU law documents -> EuroVoc descriptors (XR-Transformer raw-text variant).",
-    ),
-]
 
 BUILTIN_DATASETS: Registry[DatasetSpec] = Registry("dataset")
-for _spec in _BUILTINS:
+for _spec in _read_catalog():
     BUILTIN_DATASETS.add(_spec.name, _spec)
 
 
-def check_dataset_name(name: str) -> str:
-    """A name usable as a folder (letters, digits, '.', '_', '-'); raises XmcbenchError otherwise."""
-    if not _NAME_RE.match(name):
-        raise XmcbenchError(
-            f"invalid dataset name {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or digit)"
-        )
-    return name
-
-
 def local_spec_path(name: str) -> Path:
-    return paths.datasets_dir() / name / SPEC_FILENAME
+    return paths.datasets_dir() / check_dataset_name(name) / SPEC_FILENAME
 
 
 def _read_spec_file(path: Path) -> DatasetSpec:
@@ -190,6 +165,7 @@ def _local_spec_files() -> list[Path]:
 
 def get_spec(name: str) -> DatasetSpec:
     """The spec of a built-in or local dataset, by case-insensitive name."""
+    check_dataset_name(name)
     if name in BUILTIN_DATASETS:
         return BUILTIN_DATASETS.get(name)
     local = _local_spec_files()
@@ -203,8 +179,13 @@ def get_spec(name: str) -> DatasetSpec:
     )
 
 
+def resolve_spec(name_or_spec: str | DatasetSpec) -> DatasetSpec:
+    """``get_spec(name)``, or the spec itself when given one."""
+    return get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
+
+
 def list_specs() -> list[DatasetSpec]:
-    """Built-in specs in registry order, then local specs sorted by name."""
+    """Built-in specs in catalogue order, then local specs sorted by name."""
     builtin = [spec for _, spec in BUILTIN_DATASETS]
     return builtin + [_read_spec_file(p) for p in _local_spec_files() if p.parent.name not in BUILTIN_DATASETS]
 
@@ -225,46 +206,5 @@ def save_local_spec(spec: DatasetSpec) -> Path:
                 f"delete {path.parent} or choose another name"
             )
     path = local_spec_path(spec.name)
-    atomic_write_bytes(path, json.dumps(spec.model_dump(mode="json"), indent=2).encode() + b"\n")
+    fsutil.write_json(path, spec.model_dump(mode="json"))
     return path
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder and os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a spec file is readable like any other
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def find_raw_file(raw_dir: Path, filename: str) -> Path | None:
-    """Where ``filename`` is in ``raw_dir``, also accepting its uncompressed / gzipped twin.
-
-    Some mirrors ship ``trn.json`` instead of ``trn.json.gz`` (and the readers detect gzip by its
-    magic bytes, not by the name), so either spelling satisfies the spec.
-    """
-    raw_dir = Path(raw_dir)
-    candidates = [filename, filename[:-3]] if filename.endswith(".gz") else [filename, filename + ".gz"]
-    for candidate in candidates:
-        if (raw_dir / candidate).is_file():
-            return raw_dir / candidate
-    return None
-
-
-def raw_files(spec: DatasetSpec, raw_dir: Path) -> dict[str, Path]:
-    """``{spec file name: path on disk}`` for every file of ``spec``; XmcbenchError naming what is missing."""
-    found = {name: find_raw_file(raw_dir, name) for name in spec.files}
-    missing = [name for name, path in found.items() if path is None]
-    if missing:
-        raise XmcbenchError(
-            f"dataset {spec.name}: {', '.join(missing)} missing in {raw_dir}; "
-            f"run `xmcbench datasets download {spec.name}`"
-        )
-    return found  # type: ignore[return-value]

@@ -71,11 +71,11 @@ def write_record(run_dir: Path | str, record: dict) -> Path:
 
     A reader (``xmcbench ingest``, a table) sees either the previous complete record or the new one.
     """
-    from xmcbench.data.catalog import atomic_write_bytes
+    from xmcbench.fsutil import atomic_write
 
     path = Path(run_dir) / RECORD_FILE
     record_rows(record, run_dir, where=path)  # never write a record the store would reject
-    atomic_write_bytes(path, json.dumps(record, indent=2).encode() + b"\n")
+    atomic_write(path, json.dumps(record, indent=2).encode() + b"\n")
     return path
 
 

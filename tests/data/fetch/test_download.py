@@ -18,18 +18,19 @@ from httpserver import PERMISSION_PAGE, QUOTA_PAGE, FileServer  # noqa: E402
 
 from xmcbench import paths  # noqa: E402
 from xmcbench.data import fetch as dl  # noqa: E402
+from xmcbench.data.fetch import http as http_mod  # noqa: E402
 from xmcbench.data.fetch import (  # noqa: E402
     download_dataset,
     fetch_url,
     parse_source,
     raw_status,
     read_manifest,
-    redact,
+    record_manifest,
     verify_dataset,
-    write_manifest,
 )
 from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source  # noqa: E402
 from xmcbench.errors import DownloadError  # noqa: E402
+from xmcbench.redact import redact  # noqa: E402
 
 
 @pytest.fixture
@@ -37,6 +38,11 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path / "home"
+
+
+@pytest.fixture(autouse=True)
+def _no_backoff(monkeypatch):
+    monkeypatch.setattr(http_mod, "BACKOFF_FACTOR", 0)  # retries without sleeping
 
 
 @pytest.fixture
@@ -181,7 +187,7 @@ def test_html_page_instead_of_file(server, tmp_path):
 
 
 def test_disk_full_while_writing(server, tmp_path, monkeypatch):
-    monkeypatch.setattr(dl, "_CHUNK", 16_384)
+    monkeypatch.setattr(http_mod, "CHUNK", 16_384)
     written = []
 
     def write(out, block):
@@ -190,7 +196,7 @@ def test_disk_full_while_writing(server, tmp_path, monkeypatch):
         written.append(len(block))
         out.write(block)
 
-    monkeypatch.setattr(dl, "_write_chunk", write)
+    monkeypatch.setattr(http_mod, "_write_chunk", write)
     with pytest.raises(DownloadError, match="disk full while downloading .* needed 100,000 bytes, [0-9,]+ bytes free"):
         fetch_url(server.serve("f.bin", _bytes(100_000, 6)), tmp_path / "f.bin", progress=False)
     assert _listing(tmp_path) == []  # the partial file was cleaned up
@@ -209,7 +215,7 @@ def test_not_enough_space_is_caught_before_writing(server, tmp_path, monkeypatch
 def test_interrupt_keeps_part_then_resumes(server, tmp_path, monkeypatch):
     data = _bytes(100_000, 8)
     url = server.serve("f.bin", data)
-    monkeypatch.setattr(dl, "_CHUNK", 16_384)
+    monkeypatch.setattr(http_mod, "CHUNK", 16_384)
     calls = []
 
     def write(out, block):
@@ -218,12 +224,12 @@ def test_interrupt_keeps_part_then_resumes(server, tmp_path, monkeypatch):
         if len(calls) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(dl, "_write_chunk", write)
+    monkeypatch.setattr(http_mod, "_write_chunk", write)
     with pytest.raises(KeyboardInterrupt):
         fetch_url(url, tmp_path / "f.bin", progress=False)
     assert _listing(tmp_path) == ["f.bin.part"]
     assert (tmp_path / "f.bin.part").read_bytes() == data[:32_768]
-    monkeypatch.setattr(dl, "_write_chunk", lambda out, block: out.write(block))
+    monkeypatch.setattr(http_mod, "_write_chunk", lambda out, block: out.write(block))
     fetch_url(url, tmp_path / "f.bin", progress=False)
     assert (tmp_path / "f.bin").read_bytes() == data
     assert server.statuses("f.bin")[-1] == ("bytes=32768-", 206)
@@ -292,7 +298,7 @@ def test_download_without_manifest_is_not_complete(home):
     assert not report.manifest_found and not report.ok and "not downloaded by xmcbench" in report.problems()[0]
     with pytest.raises(DownloadError, match="has no download source"):
         download_dataset(spec, progress=False)
-    write_manifest(spec, raw, source="synthetic")
+    record_manifest(raw, list(spec.files), source="synthetic")
     assert verify_dataset(spec).ok and download_dataset(spec, progress=False) == raw
 
 

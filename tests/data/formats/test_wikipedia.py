@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from xmcbench.data.formats.lf_json import write_lf_json
+from lf_json_helpers import write_lf_json
+
 from xmcbench.data.prepared import load_prepared, prepare
 from xmcbench.data.catalog import get_spec
 from xmcbench.data.formats.wikipedia import read_yf

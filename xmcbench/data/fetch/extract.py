@@ -1,17 +1,22 @@
 """Safe extraction of downloaded archives (.zip, .tar, .tar.gz/.tgz, .tar.bz2, .tar.xz).
 
-Archives come from the internet, so every member is checked before anything is written:
+Archives come from the internet, so nothing is trusted:
 
-* absolute names (``/etc/passwd``, ``C:\\x``) and names with a ``..`` component are refused;
-* symbolic links may only point inside the target folder (checked on the real, resolved path, so
-  a chain of links cannot climb out either) and hard links only to files already extracted;
-* device files, FIFOs and other special members are refused;
-* nothing is ever written through a path whose real location is outside the target.
+* member names are checked first: absolute names (``/etc/passwd``, ``C:\\x``) and names with a
+  ``..`` component are refused; links (symbolic or hard), device files and FIFOs are refused
+  outright (no XC dataset needs them);
+* tar members are then extracted one by one with ``tarfile``'s ``filter="data"``, which refuses
+  anything the checks above missed and gives files sane permissions;
+* the sizes the members declare are summed before anything is written: an archive that would not
+  fit on the disk, or that expands more than ``MAX_RATIO`` times (and beyond ``MAX_RATIO_BYTES``),
+  is refused as a likely archive bomb; extraction also stops if a member writes more than it
+  declared.
 
-Extraction is all-or-nothing: members go into a temporary folder next to ``dest`` which is renamed
-to ``dest`` only when the whole archive was read without error (including the gzip/zip CRC
-checks). On any error the temporary folder is removed and a ``DownloadError`` says what was wrong
-with which archive. The format is detected from the file's content, not its name.
+Extraction is all-or-nothing: members go into a temporary folder next to ``dest`` (its name
+carries the pid, so a killed process's leftovers are recognised) which is renamed to ``dest`` only
+when the whole archive was read without error, including the gzip/zip CRC checks at the very end.
+On any error the temporary folder is removed and a ``DownloadError`` says what was wrong with
+which archive. The format is detected from the file's content, not its name.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ import re
 import shutil
 import stat
 import tarfile
-import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Callable, Literal
 
+from rich.filesize import decimal as human_size
+
+from xmcbench import fsutil
+from xmcbench.data.fetch.common import LARGER_DISK
 from xmcbench.errors import DownloadError
 
 __all__ = [
@@ -38,13 +46,16 @@ __all__ = [
 ]
 
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+MAX_RATIO = 200  # declared size / archive size above which (and above MAX_RATIO_BYTES) it is refused
+MAX_RATIO_BYTES = 1 << 30
 _CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough for a smooth progress bar
 
 ProgressCallback = Callable[[int, int], None]  # (bytes of the archive consumed, archive size)
 
 
 class UnsafeArchiveError(DownloadError):
-    """An archive member would be written outside the target folder, or is a special file."""
+    """An archive member would be written outside the target folder, is a link or a special file,
+    or the archive expands beyond reason."""
 
 
 def is_archive_name(name: str) -> bool:
@@ -73,8 +84,8 @@ def extract_archive(
     """Extract ``archive`` into the new folder ``dest``; return the regular files written (relative).
 
     ``dest`` must not exist yet. Raises ``UnsafeArchiveError`` for a member that would escape
-    ``dest`` or is a special file, and ``DownloadError`` for a corrupt or truncated archive or a
-    full disk; in every error case nothing is left behind.
+    ``dest``, a link or special file, or an archive bomb, and ``DownloadError`` for a corrupt or
+    truncated archive or a full disk; in every error case nothing is left behind.
     """
     archive = Path(archive)
     dest = Path(dest)
@@ -87,117 +98,62 @@ def extract_archive(
             "delete it and download again"
         )
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.extract-", dir=dest.parent))
+    tmp = fsutil.temp_path(dest)
+    tmp.mkdir()
     try:
-        writer = _Writer(archive, tmp)
-        if kind == "zip":
-            _extract_zip(archive, writer, on_progress)
-        else:
-            _extract_tar(archive, writer, on_progress)
+        files = _extract_zip(archive, tmp, on_progress) if kind == "zip" else _extract_tar(archive, tmp, on_progress)
         os.replace(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return writer.files
+    return files
 
 
 # --------------------------------------------------------------------------------------------
-# member checks and writing
+# checks
 
 
-class _Writer:
-    """Writes members under ``root`` after checking that each lands inside it."""
+def _unsafe(archive: Path, name: str, why: str) -> UnsafeArchiveError:
+    return UnsafeArchiveError(
+        f"refusing to extract {archive}: member {name!r} {why}; the archive may be malicious "
+        "or damaged, so nothing was extracted"
+    )
 
-    def __init__(self, archive: Path, root: Path):
-        self.archive = archive
-        self.root = root
-        self.real_root = os.path.realpath(root)
-        self.files: list[PurePosixPath] = []
 
-    # -- checks -------------------------------------------------------------------------------
-    def unsafe(self, name: str, why: str) -> UnsafeArchiveError:
-        return UnsafeArchiveError(
-            f"refusing to extract {self.archive}: member {name!r} {why}; the archive may be malicious "
-            "or damaged, so nothing was extracted"
+def _relpath(archive: Path, name: str) -> PurePosixPath | None:
+    """The member's path relative to the root, or None for the root itself ('./')."""
+    text = name.replace("\\", "/")
+    if text.startswith("/") or re.match(r"^[A-Za-z]:", text):
+        raise _unsafe(archive, name, "has an absolute path")
+    parts = [p for p in PurePosixPath(text).parts if p not in ("", ".")]
+    if ".." in parts:
+        raise _unsafe(archive, name, "has a '..' component that points outside the target folder")
+    if any("\x00" in p for p in parts):
+        raise _unsafe(archive, name, "has a NUL character in its name")
+    return PurePosixPath(*parts) if parts else None
+
+
+def _check_sizes(archive: Path, declared: int, dest: Path) -> None:
+    """Refuse an archive whose members declare more than the free space or an absurd expansion."""
+    size = max(archive.stat().st_size, 1)
+    if declared > MAX_RATIO_BYTES and declared > MAX_RATIO * size:
+        raise UnsafeArchiveError(
+            f"refusing to extract {archive}: its members declare {declared:,} bytes ({human_size(declared)}), "
+            f"{declared / size:,.0f} times the archive's {size:,} bytes (an archive bomb?); nothing was extracted"
+        )
+    free = shutil.disk_usage(dest).free
+    if declared > free:
+        raise DownloadError(
+            f"not enough disk space to extract {archive} into {dest}: its members need {declared:,} bytes "
+            f"({human_size(declared)}), {free:,} free ({human_size(free)}); {LARGER_DISK}"
         )
 
-    def relpath(self, name: str) -> PurePosixPath | None:
-        """The member's path relative to the root, or None for the root itself ('./')."""
-        text = name.replace("\\", "/")
-        if text.startswith("/") or re.match(r"^[A-Za-z]:", text):
-            raise self.unsafe(name, "has an absolute path")
-        parts = [p for p in PurePosixPath(text).parts if p not in ("", ".")]
-        if ".." in parts:
-            raise self.unsafe(name, "has a '..' component that points outside the target folder")
-        return PurePosixPath(*parts) if parts else None
 
-    def inside(self, real: str) -> bool:
-        return real == self.real_root or real.startswith(self.real_root + os.sep)
-
-    def target(self, name: str, rel: PurePosixPath) -> Path:
-        """Where ``rel`` goes, after checking that its real parent folder is inside the root.
-
-        The parent is resolved on disk, so a directory symlink extracted earlier cannot be used to
-        write outside the root."""
-        path = self.root.joinpath(*rel.parts)
-        if not self.inside(os.path.realpath(path.parent)):
-            raise self.unsafe(name, "would be written through a link that leaves the target folder")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_symlink():  # never write through a link; replace it (tar semantics: last wins)
-            path.unlink()
-        return path
-
-    # -- members ------------------------------------------------------------------------------
-    def directory(self, name: str) -> None:
-        rel = self.relpath(name)
-        if rel is not None:
-            self.target(name, rel).mkdir(exist_ok=True)
-
-    def regular(self, name: str, src) -> None:
-        rel = self.relpath(name)
-        if rel is None:
-            raise self.unsafe(name, "is a file without a name")
-        path = self.target(name, rel)
-        try:
-            with open(path, "wb") as out:
-                shutil.copyfileobj(src, out, _CHUNK)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise _disk_full(self.archive, path) from None
-            raise
-        self.files.append(rel)
-
-    def symlink(self, name: str, link: str) -> None:
-        rel = self.relpath(name)
-        if rel is None:
-            raise self.unsafe(name, "is a link without a name")
-        if link.startswith("/") or re.match(r"^[A-Za-z]:", link):
-            raise self.unsafe(name, f"is a symbolic link to the absolute path {link!r}")
-        path = self.target(name, rel)
-        if not self.inside(os.path.realpath(os.path.join(os.path.realpath(path.parent), link))):
-            raise self.unsafe(name, f"is a symbolic link to {link!r}, outside the target folder")
-        if path.exists():
-            if path.is_dir():
-                raise self.unsafe(name, "is a symbolic link that would replace a directory")
-            path.unlink()
-        os.symlink(link, path)
-
-    def hardlink(self, name: str, link: str) -> None:
-        if self.relpath(name) is None:
-            raise self.unsafe(name, "is a link without a name")
-        link_rel = self.relpath(link)  # tar hard links name another member, relative to the root
-        source = os.path.realpath(self.root.joinpath(*(link_rel.parts if link_rel else ())))
-        if link_rel is None or not self.inside(source) or not os.path.isfile(source):
-            raise self.unsafe(name, f"is a hard link to {link!r}, which is not a file extracted before it")
-        with open(source, "rb") as src:  # a copy, so the two names never share one inode
-            self.regular(name, src)
-
-
-def _disk_full(archive: Path, path: Path) -> DownloadError:
-    free = shutil.disk_usage(path.parent).free
+def _disk_full(archive: Path, folder: Path) -> DownloadError:
+    free = shutil.disk_usage(folder).free
     return DownloadError(
-        f"disk full while extracting {archive} into {path.parent} ({free:,} bytes free there); "
-        "free some space or set XMCBENCH_HOME to a larger disk, then run the download again"
+        f"disk full while extracting {archive} into {folder} ({free:,} bytes free there); "
+        f"{LARGER_DISK}, then run the download again"
     )
 
 
@@ -207,28 +163,41 @@ def _corrupt(archive: Path, exc: BaseException) -> DownloadError:
     )
 
 
+def _is_codec_error(exc: BaseException) -> bool:
+    """zlib.error, lzma.LZMAError, bz2 errors: corrupt compressed data."""
+    return type(exc).__module__ in ("zlib", "_lzma", "lzma", "_bz2")
+
+
 # --------------------------------------------------------------------------------------------
 # formats
 
 
-def _extract_tar(archive: Path, writer: _Writer, on_progress: ProgressCallback | None) -> None:
+def _extract_tar(archive: Path, root: Path, on_progress: ProgressCallback | None) -> list[PurePosixPath]:
+    if not hasattr(tarfile, "data_filter"):  # pragma: no cover - Python < 3.10.12
+        raise DownloadError("extracting tar archives safely needs Python 3.10.12 or later (tarfile filters)")
     size = archive.stat().st_size
+    files: list[PurePosixPath] = []
     with open(archive, "rb") as raw:
         try:
             with tarfile.open(fileobj=raw, mode="r:*") as tf:
-                for member in tf:
-                    if member.isdir():
-                        writer.directory(member.name)
-                    elif member.isfile():
-                        src = tf.extractfile(member)
-                        assert src is not None  # isfile() members always have data
-                        writer.regular(member.name, src)
-                    elif member.issym():
-                        writer.symlink(member.name, member.linkname)
-                    elif member.islnk():
-                        writer.hardlink(member.name, member.linkname)
-                    else:
-                        raise writer.unsafe(member.name, "is a device file, FIFO or other special file")
+                members = tf.getmembers()  # reads every header: sizes are known before writing
+                _check_sizes(archive, sum(m.size for m in members if m.isfile()), root)
+                for member in members:
+                    rel = _relpath(archive, member.name)
+                    if member.issym() or member.islnk():
+                        raise _unsafe(archive, member.name, f"is a link (to {member.linkname!r}); links are not extracted")
+                    if not (member.isdir() or member.isfile()):
+                        raise _unsafe(archive, member.name, "is a device file, FIFO or other special file")
+                    if rel is None:
+                        if member.isfile():
+                            raise _unsafe(archive, member.name, "is a file without a name")
+                        continue
+                    try:
+                        tf.extract(member, root, filter="data")
+                    except tarfile.FilterError as exc:
+                        raise _unsafe(archive, member.name, f"is refused by tarfile's data filter ({exc})") from None
+                    if member.isfile():
+                        files.append(rel)
                     if on_progress:
                         on_progress(raw.tell(), size)
                 # Read to the very end so that the gzip/bz2/xz trailer (with its CRC) is checked:
@@ -239,34 +208,44 @@ def _extract_tar(archive: Path, writer: _Writer, on_progress: ProgressCallback |
             raise
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise _disk_full(archive, writer.root) from None
+                raise _disk_full(archive, root) from None
             raise _corrupt(archive, exc) from None
-        except (tarfile.TarError, EOFError, ValueError) as exc:  # zlib/lzma errors are ValueError-ish
+        except (tarfile.TarError, EOFError, ValueError) as exc:
             raise _corrupt(archive, exc) from None
-        except Exception as exc:  # zlib.error, lzma.LZMAError: corrupt compressed data
-            if type(exc).__module__ in ("zlib", "_lzma", "lzma", "_bz2"):
+        except Exception as exc:
+            if _is_codec_error(exc):
                 raise _corrupt(archive, exc) from None
             raise
     if on_progress:
         on_progress(size, size)
+    return files
 
 
-def _extract_zip(archive: Path, writer: _Writer, on_progress: ProgressCallback | None) -> None:
+def _extract_zip(archive: Path, root: Path, on_progress: ProgressCallback | None) -> list[PurePosixPath]:
     size = archive.stat().st_size
+    files: list[PurePosixPath] = []
     done = 0
     try:
         with zipfile.ZipFile(archive) as zf:
-            for info in zf.infolist():
+            infos = zf.infolist()
+            _check_sizes(archive, sum(i.file_size for i in infos if not i.is_dir()), root)
+            for info in infos:
+                rel = _relpath(archive, info.filename)
                 mode = info.external_attr >> 16
+                if stat.S_ISLNK(mode):
+                    raise _unsafe(archive, info.filename, "is a symbolic link; links are not extracted")
+                if mode and stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise _unsafe(archive, info.filename, "is a device file, FIFO or other special file")
+                if rel is None:
+                    continue
+                path = root.joinpath(*rel.parts)
                 if info.is_dir():
-                    writer.directory(info.filename)
-                elif stat.S_ISLNK(mode):
-                    writer.symlink(info.filename, zf.read(info).decode("utf-8"))
-                elif mode and not stat.S_ISREG(mode) and stat.S_IFMT(mode):
-                    raise writer.unsafe(info.filename, "is a device file, FIFO or other special file")
+                    path.mkdir(parents=True, exist_ok=True)
                 else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
                     with zf.open(info) as src:  # ZipExtFile checks the CRC when it reaches the end
-                        writer.regular(info.filename, src)
+                        _copy_at_most(archive, info.filename, src, path, info.file_size)
+                    files.append(rel)
                 done += info.compress_size
                 if on_progress:
                     on_progress(min(done, size), size)
@@ -274,11 +253,24 @@ def _extract_zip(archive: Path, writer: _Writer, on_progress: ProgressCallback |
         raise
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise _disk_full(archive, writer.root) from None
+            raise _disk_full(archive, root) from None
         raise _corrupt(archive, exc) from None
     except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
         raise _corrupt(archive, exc) from None
     except Exception as exc:
-        if type(exc).__module__ in ("zlib", "_lzma", "lzma", "_bz2"):
+        if _is_codec_error(exc):
             raise _corrupt(archive, exc) from None
         raise
+    return files
+
+
+def _copy_at_most(archive: Path, name: str, src, path: Path, declared: int) -> None:
+    """Copy ``src`` to ``path``, refusing a member that writes more than the size it declared."""
+    written = 0
+    with open(path, "wb") as out:
+        while block := src.read(_CHUNK):
+            written += len(block)
+            if written > declared:
+                raise _unsafe(archive, name, f"holds more than the {declared:,} bytes it declares")
+            out.write(block)
+

@@ -1,4 +1,4 @@
-"""Reader of LF-Wikipedia-500K's raw variant: ``trn.raw.json.gz``, ``tst.raw.json.gz``, ``Yf.txt``.
+"""The ``lf-wikipedia-raw`` format: LF-Wikipedia-500K's raw variant: ``trn.raw.json.gz``, ``tst.raw.json.gz``, ``Yf.txt``.
 
 The two JSON-lines files have the LF record layout (``uid``, ``title``, ``content``,
 ``target_ind``) and are read by ``xmcbench.data.formats.lf_json``; ``target_ind`` indexes the lines of
@@ -13,9 +13,11 @@ HTML-unescaped once like every text.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from xmcbench.data.formats.lf_json import read_text_lines
+from xmcbench.data.formats import Format, QueryChunk
+from xmcbench.data.formats.lf_json import read_query_chunks, read_text_lines
 
 ARROW = "->"
 
@@ -30,3 +32,23 @@ def read_yf(path: Path) -> tuple[list[str], list[str]]:
         uids.append(uid.strip())
         names.append(name.replace("_", " ").strip())
     return uids, names
+
+
+def _read_labels(spec, files: dict[str, Path], progress: bool) -> Iterator[tuple[list[str], list[str]]]:
+    uids, names = read_yf(files["Yf.txt"])
+    yield names, uids
+
+
+def _read_split(spec, files: dict[str, Path], split: str, n_labels: int, progress: bool) -> Iterator[QueryChunk]:
+    return read_query_chunks(spec, files[FORMAT.split_files[split]], split, n_labels, progress)
+
+
+FORMAT = Format(
+    name="lf-wikipedia-raw",
+    split_files={"train": "trn.raw.json.gz", "test": "tst.raw.json.gz"},
+    required_files=("trn.raw.json.gz", "tst.raw.json.gz", "Yf.txt"),
+    query_texts=("title", "title+content"),
+    label_text="name",
+    read_labels=_read_labels,
+    read_split=_read_split,
+)
