@@ -96,3 +96,36 @@ def test_broken_local_spec_names_the_file():
     with pytest.raises(DataFormatError, match=r"broken/spec.json: not a valid dataset spec") as info:
         get_spec("broken")
     assert "format" in str(info.value)
+
+
+ESCAPING = ["../x", "..", "a/../b", "a/b", "a\\b", "/abs", ".hidden", "a..b", "a\x00b", "a\nb", "", "x" * 101]
+
+
+@pytest.mark.parametrize("name", ESCAPING)
+def test_names_that_could_leave_their_folder_are_refused_before_anything_is_made(name):
+    from xmcbench.data import load_dataset
+    from xmcbench.data.catalog import check_dataset_name
+
+    home = paths.home()
+    with pytest.raises(XmcbenchError, match="invalid dataset name"):
+        check_dataset_name(name)
+    with pytest.raises(XmcbenchError, match="invalid dataset name"):
+        get_spec(name)
+    with pytest.raises(XmcbenchError, match="invalid dataset name"):
+        load_dataset(name, synthetic={"labels": 5, "train": 5, "test": 5}, download=True, progress=False)
+    assert not home.exists()  # no lock file, no folder: nothing at all was created
+
+
+def test_ordinary_names_pass():
+    from xmcbench.data.catalog import check_dataset_name
+
+    for name in ("LF-AmazonTitles-1.3M", "synth_test", "x", "A" * 100):
+        assert check_dataset_name(name) == name
+
+
+def test_builtins_come_from_the_catalogue_file():
+    # title-only and full-text variants share everything but name, query text and description
+    titles, full = get_spec("LF-AmazonTitles-131K"), get_spec("LF-Amazon-131K")
+    same = {k for k in DatasetSpec.model_fields if k not in ("name", "query_text", "description")}
+    assert all(getattr(titles, k) == getattr(full, k) for k in same)
+    assert titles.query_text == "title" and full.query_text == "title+content"

@@ -217,3 +217,21 @@ def test_dataset_without_filter_files(tmp_path):
     ds = load_prepared(prepare(spec, raw, tmp_path / "p", progress=False))
     assert ds.filter("train") is None and ds.filter("test") is None
     assert ds.meta["filters"] == {"train": None, "test": None}
+
+
+def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path):
+    import subprocess
+    import sys
+
+    raw = _tiny_raw(tmp_path / "raw")
+    out = tmp_path / "cache" / "prepared"
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    dead = out.parent / f".prepared.{proc.pid}.0123abcd.tmp"  # left by a killed prepare
+    live = out.parent / f".prepared.{os.getpid()}.4567cdef.tmp"  # another prepare still writing
+    for folder in (dead, live):
+        folder.mkdir(parents=True)
+        (folder / "train.text.bin").write_bytes(b"half")
+    prepare(_spec(), raw, out, progress=False)
+    assert not dead.exists() and live.is_dir()
+    assert load_prepared(out).n_queries("train") == 4

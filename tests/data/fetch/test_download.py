@@ -6,6 +6,7 @@ import errno
 import hashlib
 import io
 import json
+import os
 import socket
 import sys
 import tarfile
@@ -542,3 +543,48 @@ def test_manifest_file_is_plain_json(server, home):
     data = json.loads((raw / "manifest.json").read_text())
     assert sorted(data) == sorted(LF_FILES)
     assert set(data["trn.json.gz"]) == {"sha256", "size", "source", "downloaded_at"}
+
+
+# --------------------------------------------------------------------------------------------
+# retries and stale temps
+
+
+def test_503_is_retried_then_succeeds(server, tmp_path):
+    data = _bytes(20_000, 11)
+    url = server.serve("busy.bin", data, fault="503", drops=2)
+    fetch_url(url, tmp_path / "busy.bin", progress=False)
+    assert (tmp_path / "busy.bin").read_bytes() == data
+    assert server.statuses("busy.bin") == [(None, 503), (None, 503), (None, 200)]
+
+
+def test_503_for_too_long_is_one_clear_error(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(http_mod, "RETRIES", 1)
+    url = server.serve("busy.bin", b"x", fault="503", drops=5)
+    with pytest.raises(DownloadError, match="HTTP 503 .*from"):
+        fetch_url(url, tmp_path / "busy.bin", progress=False)
+    assert len(server.statuses("busy.bin")) == 2 and _listing(tmp_path) == []
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_staging_of_a_dead_process_is_removed_and_part_files_kept(server, home):
+    files = _raw_files()
+    url = server.serve("t.tar.gz", _targz(files))
+    spec = _spec(Source(kind="url", ref=url, filename="t.tar.gz", archive=True))
+    raw = paths.dataset_raw_dir(spec.raw_group)
+    dead = raw / f".staging.{_dead_pid()}.abcd1234.tmp"
+    live = raw / f".staging.{os.getpid()}.beef0000.tmp"
+    for folder in (dead, live):
+        (folder / "part0").mkdir(parents=True)
+    other = raw / ".downloads" / "0123456789-other.zip.part"  # another source's partial download
+    other.parent.mkdir()
+    other.write_bytes(b"half")
+    download_dataset(spec, progress=False)
+    assert not dead.exists() and live.is_dir()  # a live writer's temp folder is not touched
+    assert other.read_bytes() == b"half"  # kept for its Range resume

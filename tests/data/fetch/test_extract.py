@@ -178,3 +178,38 @@ def test_existing_destination_and_names(tmp_path):
     assert archive_kind(tmp_path / "a.tar.gz") == "tar"
     (tmp_path / "plain.gz").write_bytes(gzip.compress(b'{"uid": 1}\n'))
     assert archive_kind(tmp_path / "plain.gz") is None
+
+
+# --------------------------------------------------------------------------------------------
+# archive size
+
+
+def test_archive_bomb_is_refused_before_writing(tmp_path, monkeypatch):
+    monkeypatch.setattr(extract_mod, "MAX_RATIO_BYTES", 100_000)  # a 1 GiB member would take too long here
+    archive = _tar(tmp_path / "bomb.tar.gz", [(_file("zeros.bin"), b"\0" * 2_000_000)])
+    assert archive.stat().st_size * extract_mod.MAX_RATIO < 2_000_000
+    with pytest.raises(UnsafeArchiveError, match=r"declare 2,000,000 bytes .* times the archive's .*archive bomb") as err:
+        extract_archive(archive, tmp_path / "out")
+    assert "\n" not in str(err.value)
+    with zipfile.ZipFile(tmp_path / "bomb.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros.bin", b"\0" * 2_000_000)
+    with pytest.raises(UnsafeArchiveError, match="archive bomb"):
+        extract_archive(tmp_path / "bomb.zip", tmp_path / "out")
+    assert _leftovers(tmp_path) == ["bomb.tar.gz", "bomb.zip"]
+
+
+def test_archive_larger_than_the_free_space_is_refused(tmp_path, monkeypatch):
+    archive = _tar(tmp_path / "a.tar.gz", [(_file("a.bin"), os.urandom(50_000))])
+
+    class Usage:
+        total, used, free = 10**9, 10**9 - 1_000, 1_000
+
+    monkeypatch.setattr(extract_mod.shutil, "disk_usage", lambda path: Usage)
+    with pytest.raises(DownloadError, match="not enough disk space to extract .* need 50,000 bytes .*1,000 free"):
+        extract_archive(archive, tmp_path / "out")
+    assert _leftovers(tmp_path) == ["a.tar.gz"]
+
+
+def test_member_writing_more_than_it_declares_is_stopped(tmp_path):
+    with pytest.raises(UnsafeArchiveError, match="holds more than the 10 bytes it declares"):
+        extract_mod._copy_at_most(tmp_path / "a.zip", "x", io.BytesIO(b"y" * 11), tmp_path / "x", 10)
