@@ -12,6 +12,7 @@ import pytest
 from lf_json_helpers import iter_records, write_lf_json
 
 from xmcbench.data import prepared as prepared_mod
+from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source
 from xmcbench.data.prepared import (
     FORMAT_VERSION,
     TextColumn,
@@ -20,7 +21,6 @@ from xmcbench.data.prepared import (
     load_prepared,
     prepare,
 )
-from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source
 from xmcbench.errors import DataFormatError, XmcbenchError
 
 

@@ -36,8 +36,8 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from xmcbench.data.formats.lf_json import orjson, write_lines
 from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source, check_dataset_name
+from xmcbench.data.formats.lf_json import orjson, write_lines
 from xmcbench.data.raw import record_manifest
 
 _ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",

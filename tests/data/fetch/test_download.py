@@ -19,7 +19,7 @@ from httpserver import PERMISSION_PAGE, QUOTA_PAGE, FileServer  # noqa: E402
 
 from xmcbench import paths  # noqa: E402
 from xmcbench.data import fetch as dl  # noqa: E402
-from xmcbench.data.fetch import http as http_mod  # noqa: E402
+from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source  # noqa: E402
 from xmcbench.data.fetch import (  # noqa: E402
     download_dataset,
     fetch_url,
@@ -29,7 +29,7 @@ from xmcbench.data.fetch import (  # noqa: E402
     record_manifest,
     verify_dataset,
 )
-from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source  # noqa: E402
+from xmcbench.data.fetch import http as http_mod  # noqa: E402
 from xmcbench.errors import DownloadError  # noqa: E402
 from xmcbench.redact import redact  # noqa: E402
 

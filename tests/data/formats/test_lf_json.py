@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-
 from lf_json_helpers import iter_records, write_lf_json
 
 from xmcbench.data.formats import lf_json as jsonl

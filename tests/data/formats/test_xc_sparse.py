@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from xmcbench.data.formats.xc_sparse import load_sparse, read_filter_file, read_sparse_text, save_sparse, write_sparse_text
+from xmcbench.data.formats.xc_sparse import (
+    load_sparse,
+    read_filter_file,
+    read_sparse_text,
+    save_sparse,
+    write_sparse_text,
+)
 from xmcbench.errors import DataFormatError
 
 

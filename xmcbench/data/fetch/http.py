@@ -25,7 +25,16 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 from urllib3.util import Retry
 
 from xmcbench import __version__
-from xmcbench.data.fetch.common import CHUNK, TIMEOUT_S, Update, byte_bar, check_space, disk_full, html_head, page_reason
+from xmcbench.data.fetch.common import (
+    CHUNK,
+    TIMEOUT_S,
+    Update,
+    byte_bar,
+    check_space,
+    disk_full,
+    html_head,
+    page_reason,
+)
 from xmcbench.data.fetch.sources import SOURCE_HELP
 from xmcbench.errors import DownloadError
 from xmcbench.redact import redact
