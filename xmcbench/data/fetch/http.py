@@ -102,7 +102,7 @@ def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, upd
     offset = part.stat().st_size if part.exists() else 0
     response = _open(pool, url, offset, label)
     if offset and response.status == 416:  # the .part is already as long as the file (or longer)
-        response.release_conn()
+        response.close()
         part.unlink()
         offset = 0
         response = _open(pool, url, 0, label)
@@ -117,8 +117,8 @@ def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, upd
             length = response.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
         else:
-            raise DownloadError(f"cannot download {label}: HTTP {response.status} {response.reason or ''} from "
-                                f"{redact(url)}".replace("  ", " "))
+            status = " ".join(str(x) for x in (response.status, response.reason) if x)
+            raise DownloadError(f"cannot download {label}: HTTP {status} from {redact(url)}")
         if total is not None:
             check_space(part.parent, total - offset, f"downloading {label}")
         done = offset
@@ -146,7 +146,7 @@ def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, upd
                                 after="; the partial file was deleted") from None
             raise
     finally:
-        response.release_conn()
+        response.close()
     if total is not None and done < total:
         raise _Dropped(f"connection to {redact(url)} dropped after {done:,} of {total:,} bytes")
     if total is not None and done > total:
