@@ -41,7 +41,7 @@ def synth_raw_dir(tmp_path_factory):
 def synth_dataset(synth_raw_dir):
     """The ``synth_raw_dir`` dataset registered as local dataset 'synth-test'; returns its spec."""
     from xmcbench import paths
-    from xmcbench.data.registry import save_local_spec
+    from xmcbench.data.catalog import save_local_spec
     from xmcbench.data.synth import make_synthetic_spec
 
     spec = make_synthetic_spec("synth-test", **SYNTH_PARAMS)

@@ -6,6 +6,8 @@ the ``with`` block (or fixture) ends. Every request is recorded so tests can che
 asked for. Faults per file:
 
 * ``"404"`` / ``"500"``    - answer with that status;
+* ``"503"``                - answer 503 with ``Retry-After: 0`` for the first ``drops`` requests of
+                             that file (later requests work), like an overloaded server;
 * ``"ignore-range"``       - always send the whole file with 200, whatever Range says;
 * ``"drop"``               - announce the full length but close the connection half-way, for the
                              first ``drops`` requests of that file (later requests work);
@@ -75,7 +77,7 @@ class FileServer:
     def serve(self, path: str, data: bytes, *, fault: str | None = None, drops: int = 1,
               html: bytes = QUOTA_PAGE) -> str:
         """Publish ``data`` at ``/path`` and return its URL."""
-        assert fault in (None, "404", "500", "ignore-range", "drop", "html"), fault
+        assert fault in (None, "404", "500", "503", "ignore-range", "drop", "html"), fault
         with self._lock:
             self._files[path.lstrip("/")] = _Served(data, fault, drops, html)
         return self.url(path)
@@ -111,7 +113,7 @@ class FileServer:
         rng = req.headers.get("Range")
         with self._lock:
             served = self._files.get(path)
-            drop = bool(served and served.fault == "drop" and served.drops_left > 0)
+            drop = bool(served and served.fault in ("drop", "503") and served.drops_left > 0)
             if drop:
                 served.drops_left -= 1
 
@@ -126,6 +128,10 @@ class FileServer:
         if served.fault == "500":
             record(500)
             req.send_error(500, "Internal Server Error")
+            return
+        if served.fault == "503" and drop:
+            record(503)
+            self._send(req, 503, b"busy", {"Retry-After": "0", "Content-Type": "text/plain"})
             return
         if served.fault == "html":
             record(200)
@@ -151,7 +157,7 @@ class FileServer:
         headers["Content-Type"] = "application/octet-stream"
         headers["Accept-Ranges"] = "bytes"
         record(status)
-        if drop:  # announce everything, deliver half, hang up
+        if drop and served.fault == "drop":  # announce everything, deliver half, hang up
             self._send(req, status, body, headers, deliver=max(1, len(body) // 2))
         else:
             self._send(req, status, body, headers)

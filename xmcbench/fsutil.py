@@ -183,7 +183,7 @@ def file_lock(
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
-MAX_NAME_LEN = 120
+MAX_NAME_LEN = 100
 
 
 def check_name(name: object, what: str) -> str:

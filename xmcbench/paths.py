@@ -50,3 +50,8 @@ def cache_dir() -> Path:
 
 def default_db_path() -> Path:
     return home() / "xmcbench.duckdb"
+
+
+def locks_dir() -> Path:
+    """Lock files that keep two processes from making one dataset at once."""
+    return datasets_dir() / ".locks"

@@ -1,4 +1,4 @@
-"""One small generic registry for named components (datasets, methods, losses, judges).
+"""One small generic registry for named components (datasets, dataset formats, methods, losses, metrics).
 
 Names are case-insensitive; a miss raises an error that suggests the closest names, so a typo
 in a recipe or on the command line is caught with a hint instead of a KeyError.

@@ -18,7 +18,7 @@ from httpserver import QUOTA_PAGE, FileServer  # noqa: E402
 
 from xmcbench import paths  # noqa: E402
 from xmcbench.cli.datasets import app  # noqa: E402
-from xmcbench.data.registry import LF_FILES, DatasetSpec, Source, get_spec, save_local_spec  # noqa: E402
+from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source, get_spec, save_local_spec  # noqa: E402
 
 runner = CliRunner()
 
@@ -179,3 +179,24 @@ def test_help_texts():
     for command in ("list", "download", "prepare", "info", "verify", "synth"):
         assert command in result.output
     assert "hf://ORG/REPO" in invoke("download", "--help").output
+
+
+def test_info_json_stdout_is_pure_json(synth_dataset):
+    """Progress bars and messages go to stderr: `datasets info --json > f` gives a JSON file."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "FORCE_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-m", "xmcbench", "datasets", "info", "synth-test", "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)  # the cache was prepared by this call: its bars went to stderr
+    assert data["counts"]["train"] == 1000
+    assert data["rows_without_labels"] == {"train": data["stats"]["train"]["empty_rows"],
+                                           "test": data["stats"]["test"]["empty_rows"]}
+
+
+def test_info_shows_rows_without_labels(synth_dataset):
+    result = invoke("info", "synth-test", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "rows without any label: 0 of 250 test, 0 of 1,000 train" in result.output

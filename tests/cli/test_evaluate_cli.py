@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from typer.testing import CliRunner
 
 from xmcbench.cli import app
-from xmcbench.data.sparse import read_filter_file, save_sparse
+from xmcbench.data.formats.xc_sparse import read_filter_file, save_sparse
 from xmcbench.metrics import evaluate, evaluate_with_ci, inv_propensity
 
 runner = CliRunner()

@@ -15,7 +15,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from xmcbench.cli import _common, app
-from xmcbench.data.sparse import save_sparse
+from xmcbench.data.formats.xc_sparse import save_sparse
 from xmcbench.errors import XmcbenchError
 from xmcbench.metrics import evaluate, inv_propensity
 from xmcbench.report.render import render, to_rich

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
 
 import pytest
@@ -55,9 +57,50 @@ def test_download_when_asked(monkeypatch, synth_raw_dir):
             shutil.copyfile(synth_raw_dir / name, raw / name)
         return raw
 
-    import xmcbench.data.download as download
+    import xmcbench.data.load as load_mod
 
-    monkeypatch.setattr(download, "download_dataset", fake_download)
+    monkeypatch.setattr(load_mod, "download_dataset", fake_download)
     ds = load_dataset("LF-AmazonTitles-131K", download=True, source="/some/mirror", progress=False)
     assert calls == [("LF-AmazonTitles-131K", "/some/mirror")]
     assert ds.name == "LF-AmazonTitles-131K" and ds.n_labels == 200 and ds.propensity_a == 0.6
+
+
+def _count_calls(monkeypatch, tmp_path, module, name):
+    """Record each call of ``module.name`` (in any process) as a line in a file; return the file."""
+    log = tmp_path / f"{name}.calls"
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        with open(log, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return log
+
+
+def _load_synthetic(params):
+    ds = load_dataset("par-synth", synthetic=params, progress=False)
+    return ds.meta["counts"]["train"]
+
+
+def test_parallel_processes_make_a_synthetic_dataset_once(monkeypatch, tmp_path):
+    import xmcbench.data.load as load_mod
+
+    generated = _count_calls(monkeypatch, tmp_path, load_mod, "materialize")
+    prepared = _count_calls(monkeypatch, tmp_path, load_mod, "prepare")
+    params = {"labels": 30, "train": 60, "test": 20, "seed": 3}
+    with multiprocessing.get_context("fork").Pool(3) as pool:
+        assert pool.map(_load_synthetic, [params] * 3) == [60, 60, 60]
+    assert len(generated.read_text().splitlines()) == 1
+    assert len(prepared.read_text().splitlines()) == 1
+    assert load_dataset("PAR-SYNTH", progress=False).spec.synthetic["n_labels"] == 30
+
+
+def test_synthetic_parameters_create_the_dataset(tmp_path):
+    ds = load_dataset("made-here", synthetic={"labels": 20, "train": 40, "test": 10}, progress=False)
+    assert ds.n_labels == 20 and ds.spec.synthetic["n_train"] == 40
+    with pytest.raises(XmcbenchError, match="already exists with other parameters"):
+        load_dataset("made-here", synthetic={"labels": 21, "train": 40, "test": 10}, progress=False)
+    ds = load_dataset("made-here", synthetic={"labels": 21, "train": 40, "test": 10}, force=True, progress=False)
+    assert ds.n_labels == 21

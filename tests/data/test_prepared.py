@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from lf_json_helpers import iter_records, write_lf_json
 
 from xmcbench.data import prepared as prepared_mod
-from xmcbench.data.jsonl import iter_records, write_lf_json
+from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source
 from xmcbench.data.prepared import (
     FORMAT_VERSION,
     TextColumn,
@@ -20,7 +21,6 @@ from xmcbench.data.prepared import (
     load_prepared,
     prepare,
 )
-from xmcbench.data.registry import LF_FILES, DatasetSpec, Source
 from xmcbench.errors import DataFormatError, XmcbenchError
 
 
@@ -176,7 +176,7 @@ def test_currency_follows_raw_files_and_spec(tmp_path):
     out = prepare(_spec(), raw, out, progress=False)
     assert is_prepared_current(_spec(), raw, out)
     # with a manifest, the sha256 decides: a re-download of the same bytes keeps the cache
-    from xmcbench.data.download import record_manifest
+    from xmcbench.data.fetch import record_manifest
 
     record_manifest(raw, ["trn.json.gz", "tst.json", "lbl.json.gz", "filter_labels_train.txt",
                           "filter_labels_test.txt"], "test")
@@ -217,3 +217,21 @@ def test_dataset_without_filter_files(tmp_path):
     ds = load_prepared(prepare(spec, raw, tmp_path / "p", progress=False))
     assert ds.filter("train") is None and ds.filter("test") is None
     assert ds.meta["filters"] == {"train": None, "test": None}
+
+
+def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path):
+    import subprocess
+    import sys
+
+    raw = _tiny_raw(tmp_path / "raw")
+    out = tmp_path / "cache" / "prepared"
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    dead = out.parent / f".prepared.{proc.pid}.0123abcd.tmp"  # left by a killed prepare
+    live = out.parent / f".prepared.{os.getpid()}.4567cdef.tmp"  # another prepare still writing
+    for folder in (dead, live):
+        folder.mkdir(parents=True)
+        (folder / "train.text.bin").write_bytes(b"half")
+    prepare(_spec(), raw, out, progress=False)
+    assert not dead.exists() and live.is_dir()
+    assert load_prepared(out).n_queries("train") == 4

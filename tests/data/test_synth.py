@@ -7,12 +7,12 @@ import gzip
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from lf_json_helpers import iter_records
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.preprocessing import normalize
 
-from xmcbench.data.jsonl import iter_records
+from xmcbench.data.catalog import LF_FILES
 from xmcbench.data.prepared import load_prepared, prepare
-from xmcbench.data.registry import LF_FILES
 from xmcbench.data.synth import make_synthetic_spec, make_words, synthesize
 
 

@@ -1,8 +1,8 @@
 """``xmcbench datasets``: list, download, prepare, inspect, verify and synthesise XMC datasets.
 
-Thin commands over ``xmcbench.data``: the registry (``list_specs``/``get_spec``), the downloader
-(``download_dataset``/``verify_dataset``), the prepared cache (``load_dataset``/``prepare``) and the
-synthetic generator. Raw files and caches live under $XMCBENCH_HOME/datasets/.
+Thin commands over ``xmcbench.data``: the catalogue (``list_specs``/``get_spec``), the downloader
+(``download_dataset``/``verify_dataset``) and ``load_dataset``, which alone decides how a dataset
+gets ready (synthesise, download, prepare). Raw files and caches live under $XMCBENCH_HOME/datasets/.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ def _count(value: int | None) -> str:
 @handle_errors
 def list_datasets() -> None:
     """Every known dataset: sizes (paper / here), query text, propensity A/B, and what is on this machine."""
-    from xmcbench.data import is_prepared_current, list_specs, load_prepared
-    from xmcbench.data.download import raw_status
+    from xmcbench.data import dataset_status, list_specs, load_prepared
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("dataset", no_wrap=True)
@@ -47,15 +46,12 @@ def list_datasets() -> None:
     table.add_column("A/B", no_wrap=True)
     table.add_column("here", no_wrap=True)
     for spec in list_specs():
-        raw_dir = paths.dataset_raw_dir(spec.raw_group)
-        prepared_dir = paths.dataset_prepared_dir(spec.name)
         here: dict[str, int] = {}
-        if is_prepared_current(spec, raw_dir, prepared_dir):
-            here = load_prepared(prepared_dir).meta["counts"]
-            status = "[green]prepared[/]"
-        else:
-            status = {"complete": "[yellow]raw[/]", "partial": "[red]partial raw[/]", "missing": "[dim]missing[/]"}[
-                raw_status(spec)]
+        state = dataset_status(spec)
+        if state == "prepared":
+            here = load_prepared(paths.dataset_prepared_dir(spec.name)).meta["counts"]
+        status = {"prepared": "[green]prepared[/]", "complete": "[yellow]raw[/]", "partial": "[red]partial raw[/]",
+                  "missing": "[dim]missing[/]"}[state]
         cells = []
         for split in ("train", "test", "labels"):
             paper = spec.paper_counts.get(split)
@@ -84,8 +80,7 @@ def download(
 
     Re-running after an interruption resumes; running it for a dataset already here only verifies it.
     """
-    from xmcbench.data import load_dataset
-    from xmcbench.data.download import download_dataset
+    from xmcbench.data import download_dataset, load_dataset
 
     raw_dir = download_dataset(name, source=source, progress=not quiet)
     console.print(f"raw files: {raw_dir}", highlight=False, markup=False)
@@ -103,20 +98,15 @@ def prepare(
     quiet: QuietOpt = False,
 ) -> None:
     """Build (or rebuild) the prepared cache from raw files already downloaded."""
-    from xmcbench.data import get_spec, is_prepared_current
-    from xmcbench.data import prepare as prepare_cache
-    from xmcbench.data.download import raw_status
+    from xmcbench.data import dataset_status, get_spec, load_dataset
 
     spec = get_spec(name)
-    raw_dir = paths.dataset_raw_dir(spec.raw_group)
-    prepared_dir = paths.dataset_prepared_dir(spec.name)
-    if not force and is_prepared_current(spec, raw_dir, prepared_dir):
-        console.print(f"{spec.name}: prepared cache is up to date in {prepared_dir}", highlight=False, markup=False)
+    if not force and dataset_status(spec) == "prepared":
+        console.print(f"{spec.name}: prepared cache is up to date in {paths.dataset_prepared_dir(spec.name)}",
+                      highlight=False, markup=False)
         return
-    if raw_status(spec) == "missing":
-        raise XmcbenchError(f"dataset {spec.name} is not downloaded here; run `xmcbench datasets download {spec.name}`")
-    prepare_cache(spec, raw_dir, prepared_dir, progress=not quiet)
-    console.print(f"prepared: {prepared_dir}", highlight=False, markup=False)
+    ds = load_dataset(spec.name, rebuild=force, progress=not quiet)  # never downloads
+    console.print(f"prepared: {ds.path}", highlight=False, markup=False)
 
 
 @app.command("info")
@@ -127,19 +117,23 @@ def info(
     quiet: QuietOpt = False,
 ) -> None:
     """Statistics of a prepared dataset: queries, labels, labels per query, queries per label,
-    head/torso/tail label counts, empty rows."""
+    head/torso/tail label counts, rows without any label."""
     from xmcbench.data import load_dataset
     from xmcbench.data.stats import stats_rows
 
     ds = load_dataset(name, progress=not quiet)  # prepares from raw files when needed; never downloads
-    if as_json:
-        typer.echo(strict_json({"name": ds.name, "counts": ds.meta["counts"], "stats": ds.stats}, indent=2))
+    unlabelled = {split: int(ds.stats[split]["empty_rows"]) for split in ("train", "test")}
+    if as_json:  # stdout holds nothing but the JSON (progress and messages go to stderr)
+        typer.echo(strict_json({"name": ds.name, "counts": ds.meta["counts"], "rows_without_labels": unlabelled,
+                                "stats": ds.stats}, indent=2))
         return
     paper = ds.spec.paper_counts
     console.print(
         f"[bold]{escape(ds.name)}[/]  query text: {escape(ds.query_text)}  ·  propensity A/B: {ds.propensity_a:g} / "
         f"{ds.propensity_b:g}  ·  version {ds.version}", highlight=False)
     console.print(f"[dim]{escape(str(ds.path))}[/]", highlight=False)
+    console.print(f"rows without any label: {unlabelled['test']:,} of {ds.n_queries('test'):,} test, "
+                  f"{unlabelled['train']:,} of {ds.n_queries('train'):,} train", highlight=False)
     table = Table(show_header=True)
     table.add_column("statistic")
     table.add_column("value", justify="right")
@@ -157,7 +151,7 @@ def verify(name: NameArg) -> None:
 
     Exits with status 1 when a file is missing or changed.
     """
-    from xmcbench.data.download import MANIFEST_NAME, verify_dataset
+    from xmcbench.data.raw import MANIFEST_NAME, verify_dataset
 
     report = verify_dataset(name)
     if not report.manifest_found:
@@ -194,13 +188,12 @@ def synth(
     """Generate a synthetic dataset in the exact LF raw format (Zipfian labels, label texts, filter
     files), register it locally, prepare it and print its statistics."""
     from xmcbench.data import load_dataset
-    from xmcbench.data.create import create_synthetic_dataset
     from xmcbench.data.stats import stats_rows
 
-    spec = create_synthetic_dataset(name, n_labels=labels, n_train=train, n_test=test, seed=seed, force=force)
-    raw_dir = paths.dataset_raw_dir(spec.raw_group)
-    ds = load_dataset(spec.name, progress=not quiet)
-    console.print(f"synthetic dataset {spec.name}: raw files in {raw_dir}, prepared in {ds.path}", highlight=False, markup=False)
+    ds = load_dataset(name, synthetic={"labels": labels, "train": train, "test": test, "seed": seed}, force=force,
+                      progress=not quiet)
+    raw_dir = paths.dataset_raw_dir(ds.spec.raw_group)
+    console.print(f"synthetic dataset {ds.name}: raw files in {raw_dir}, prepared in {ds.path}", highlight=False, markup=False)
     table = Table(show_header=False)
     for stat, value in stats_rows(ds.stats):
         table.add_row(stat, value)

@@ -60,7 +60,7 @@ def evaluate(
     Ties in scores go to the lower label index; filter pairs are removed from the predictions
     before top-k; rows with fewer than k predictions count the missing slots as misses.
     """
-    from xmcbench.data.sparse import read_filter_file
+    from xmcbench.data.formats.xc_sparse import read_filter_file
     from xmcbench.metrics import evaluate as evaluate_scores
     from xmcbench.metrics import evaluate_with_ci, inv_propensity
     from xmcbench.metrics.validate import check_number
@@ -146,7 +146,7 @@ def evaluate(
 
 def _load(path: Path, scores: bool = False):
     """A sparse file, checked like an in-memory matrix; errors name the file. Scores may be ±inf, labels not."""
-    from xmcbench.data.sparse import load_sparse
+    from xmcbench.data.formats.xc_sparse import load_sparse
     from xmcbench.metrics.ranking import as_predictions
     from xmcbench.metrics.validate import check_sparse
 

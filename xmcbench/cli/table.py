@@ -14,7 +14,7 @@ from xmcbench.errors import XmcbenchError
 
 def canonical_dataset(name: str) -> str:
     """The registry's spelling of a dataset name (case-insensitive); the name as given if unknown."""
-    from xmcbench.data.registry import get_spec
+    from xmcbench.data.catalog import get_spec
 
     try:
         return get_spec(name).name

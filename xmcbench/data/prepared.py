@@ -23,14 +23,10 @@ LF-AmazonTitles-1.3M's size takes milliseconds; texts are decoded only when aske
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator, Literal
@@ -38,30 +34,30 @@ from typing import Iterator, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from xmcbench import __version__
-from xmcbench.data.jsonl import RawReader, read_lf_chunks
-from xmcbench.data.registry import DatasetSpec, find_raw_file, raw_files
+from xmcbench import __version__, fsutil
+from xmcbench.data.catalog import DatasetSpec
+from xmcbench.data.formats import compose_query_texts, get_format
+from xmcbench.data.formats.xc_sparse import read_filter_file
+from xmcbench.data.raw import MANIFEST_NAME, find_raw_file, manifest_or_empty, raw_files
 from xmcbench.data.stats import dataset_stats
 from xmcbench.errors import XmcbenchError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PreparedDataset",
+    "TextColumn",
+    "compose_query_texts",
+    "is_prepared_current",
+    "load_prepared",
+    "prepare",
+]
 
 FORMAT_VERSION = 1
 META_NAME = "meta.json"
 SPLITS = ("train", "test")
 Split = Literal["train", "test"]
 
-# raw file of each split, per format (the label file and filter files are handled separately)
-_SPLIT_FILES = {
-    "lf-json": {"train": "trn.json.gz", "test": "tst.json.gz"},
-    "lf-wikipedia-raw": {"train": "trn.raw.json.gz", "test": "tst.raw.json.gz"},
-    "eurlex-raw": {"train": "train_raw_texts.txt", "test": "test_raw_texts.txt"},
-}
 _FILTER_FILES = {"train": "filter_labels_train.txt", "test": "filter_labels_test.txt"}
-_QUERY_TEXTS = {"lf-json": ("title", "title+content"), "lf-wikipedia-raw": ("title", "title+content"), "eurlex-raw": ("text",)}
-_REQUIRED_FILES = {
-    "lf-json": ("trn.json.gz", "tst.json.gz", "lbl.json.gz"),
-    "lf-wikipedia-raw": ("trn.raw.json.gz", "tst.raw.json.gz", "Yf.txt"),
-    "eurlex-raw": ("train_raw_texts.txt", "test_raw_texts.txt", "label_map.txt", "Y.trn.npz", "Y.tst.npz"),
-}
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,24 +268,12 @@ def _read_meta(path: Path) -> dict | None:
 
 def _fingerprint(files: dict[str, Path], raw_dir: Path) -> dict[str, dict]:
     """``{spec file name: {"file" (as found in raw_dir), "sha256", "size", "mtime_ns"}}``."""
-    from xmcbench.data.download import sha256_file
-
     records = {}
     for name, path in files.items():
         st = path.stat()
-        records[name] = {"file": path.relative_to(raw_dir).as_posix(), "sha256": sha256_file(path),
+        records[name] = {"file": path.relative_to(raw_dir).as_posix(), "sha256": fsutil.sha256_file(path),
                          "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     return records
-
-
-def _manifest(raw_dir: Path) -> dict[str, dict]:
-    """The download manifest (``{file: {"sha256", "size", ...}}``), or {} when absent or unreadable."""
-    from xmcbench.data.download import read_manifest
-
-    try:
-        return read_manifest(raw_dir)
-    except XmcbenchError:
-        return {}
 
 
 def is_prepared_current(spec: DatasetSpec, raw_dir: Path, prepared_dir: Path) -> bool:
@@ -308,7 +292,7 @@ def is_prepared_current(spec: DatasetSpec, raw_dir: Path, prepared_dir: Path) ->
     found = {name: find_raw_file(raw_dir, name) for name in spec.files}
     if not any(found.values()):
         return True
-    manifest = _manifest(raw_dir)
+    manifest = manifest_or_empty(raw_dir)
     for name, path in found.items():
         recorded = meta["raw"].get(name)
         if path is None or recorded is None:
@@ -338,17 +322,20 @@ def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = Tr
     """
     started = time.perf_counter()
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
-    if spec.query_text not in _QUERY_TEXTS[spec.format]:
+    fmt = get_format(spec.format)
+    if spec.query_text not in fmt.query_texts:
         raise XmcbenchError(
             f"dataset {spec.name}: query_text {spec.query_text!r} does not apply to format {spec.format!r} "
-            f"(use one of {', '.join(_QUERY_TEXTS[spec.format])})"
+            f"(use one of {', '.join(fmt.query_texts)})"
         )
-    lacking = [name for name in _REQUIRED_FILES[spec.format] if name not in spec.files]
+    lacking = [name for name in fmt.required_files if name not in spec.files]
     if lacking:
         raise XmcbenchError(f"dataset {spec.name}: format {spec.format!r} needs {', '.join(lacking)} in the spec's files")
     files = raw_files(spec, raw_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    fsutil.remove_stale_temps(out_dir.parent)  # cache folders a killed prepare left behind
+    tmp = fsutil.temp_path(out_dir)
+    tmp.mkdir()
     try:
         # sha256 of the raw files runs on another core while the main thread parses them
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -373,7 +360,7 @@ def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = Tr
             "name": spec.name,
             "spec": spec.model_dump(mode="json"),
             "query_text": spec.query_text,
-            "label_text": "name" if spec.format != "lf-json" else "title",
+            "label_text": fmt.label_text,
             "propensity_a": spec.propensity_a,
             "propensity_b": spec.propensity_b,
             "counts": {
@@ -390,84 +377,38 @@ def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = Tr
             "raw": raw,
             "dataset_version": fingerprint[:16],
             "stats": stats,
-            "prepared_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "prepared_at": fsutil.utc_now(),
             "prepare_seconds": round(time.perf_counter() - started, 3),
             "xmcbench_version": __version__,
         }
         # meta.json last: a folder without it is never taken for a cache
-        (tmp / META_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700
-        _install(tmp, out_dir)
+        fsutil.write_json(tmp / META_NAME, meta)
+        fsutil.install_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
 
 
-def _install(tmp: Path, out_dir: Path) -> None:
-    """Rename the finished temp folder to ``out_dir``, replacing an older cache."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _check_against_manifest(spec: DatasetSpec, raw_dir: Path, raw: dict[str, dict]) -> None:
-    manifest = _manifest(raw_dir)
+    manifest = manifest_or_empty(raw_dir)
     for record in raw.values():
         entry = manifest.get(record["file"])
         if entry is not None and entry.get("sha256") != record["sha256"]:
             raise XmcbenchError(
-                f"{raw_dir / record['file']} differs from the sha256 in {raw_dir / 'manifest.json'} (it changed "
+                f"{raw_dir / record['file']} differs from the sha256 in {raw_dir / MANIFEST_NAME} (it changed "
                 f"after download); run `xmcbench datasets download {spec.name}` to fetch it again"
             )
-
-
-def _json_chunks(path: Path, n_labels: int | None, targets: bool, what: str, progress: bool):
-    """``read_lf_chunks`` with a progress bar over the raw (compressed) bytes."""
-    from xmcbench.progress import task
-
-    reader = RawReader(path)
-    with task(f"{what} ({path.name}, MB)", total=round(reader.size / 1e6), enabled=progress) as advance:
-        done = 0
-        for chunk in read_lf_chunks(path, n_labels=n_labels, targets=targets, reader=reader):
-            yield chunk
-            now = round(reader.bytes_read / 1e6)
-            advance(now - done)
-            done = now
 
 
 def _write_labels(spec: DatasetSpec, files: dict[str, Path], tmp: Path, progress: bool) -> np.ndarray:
     """Write the label text and uid columns; returns the byte length of every label text."""
     texts, uids = _ColumnWriter(tmp, "labels.text"), _ColumnWriter(tmp, "labels.uid")
-    if spec.format == "lf-json":
-        for chunk in _json_chunks(files["lbl.json.gz"], None, False, f"{spec.name}: labels", progress):
-            texts.write(chunk.titles)
-            uids.write(chunk.uids)
-    elif spec.format == "lf-wikipedia-raw":
-        from xmcbench.data.wikipedia import read_yf
-
-        label_uids, names = read_yf(files["Yf.txt"])
-        texts.write(names)
+    for label_texts, label_uids in get_format(spec.format).read_labels(spec, files, progress):
+        texts.write(label_texts)
         uids.write(label_uids)
-    else:
-        from xmcbench.data.eurlex import read_label_map
-
-        names = read_label_map(files["label_map.txt"])
-        texts.write(names)
-        uids.write([""] * len(names))
     uids.close()
     return texts.close()
-
-
-def compose_query_texts(titles: list[str], contents: list[str], query_text: str) -> list[str]:
-    """The query text of each record: its title, or title and content joined by one space."""
-    if query_text == "title":
-        return titles
-    return [f"{t} {c}" if (t and c) else (t or c) for t, c in zip(titles, contents)]
 
 
 def _write_split(
@@ -475,27 +416,17 @@ def _write_split(
 ) -> tuple[sp.csr_matrix, np.ndarray, int]:
     """Write one split's texts, uids and label matrix; returns (labels, text byte lengths, duplicates)."""
     texts, uids = _ColumnWriter(tmp, f"{split}.text"), _ColumnWriter(tmp, f"{split}.uid")
-    path = files[_SPLIT_FILES[spec.format][split]]
-    if spec.format == "eurlex-raw":
-        from xmcbench.data.eurlex import read_eurlex_split
-
-        y_file = {"train": "Y.trn.npz", "test": "Y.tst.npz"}[split]
-        docs, labels = read_eurlex_split(path, files[y_file], n_labels)
-        texts.write(docs)
-        uids.write([""] * len(docs))
-        indptr, indices = labels.indptr, labels.indices
-    else:
-        counts, index_chunks = [], []
-        for chunk in _json_chunks(path, n_labels, True, f"{spec.name}: {split}", progress):
-            texts.write(compose_query_texts(chunk.titles, chunk.contents, spec.query_text))
-            uids.write(chunk.uids)
-            counts.append(chunk.target_counts)
-            index_chunks.append(chunk.target_indices.astype(np.int32))
-        indptr = np.zeros(sum(len(c) for c in counts) + 1, dtype=np.int64)
-        if counts:
-            np.cumsum(np.concatenate(counts), out=indptr[1:])
-        indices = np.concatenate(index_chunks) if index_chunks else np.empty(0, dtype=np.int32)
-        del index_chunks
+    counts, index_chunks = [], []
+    for chunk in get_format(spec.format).read_split(spec, files, split, n_labels, progress):
+        texts.write(chunk.texts)
+        uids.write(chunk.uids)
+        counts.append(np.asarray(chunk.counts, dtype=np.int64))
+        index_chunks.append(np.asarray(chunk.indices, dtype=np.int32))
+    indptr = np.zeros(sum(len(c) for c in counts) + 1, dtype=np.int64)
+    if counts:
+        np.cumsum(np.concatenate(counts), out=indptr[1:])
+    indices = np.concatenate(index_chunks) if index_chunks else np.empty(0, dtype=np.int32)
+    del index_chunks
     uids.close()
     lengths = texts.close()
     matrix = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr), shape=(len(indptr) - 1, n_labels))
@@ -511,8 +442,6 @@ def _write_filter(files: dict[str, Path], split: str, shape: tuple[int, int], tm
     name = _FILTER_FILES[split]
     if name not in files:
         return None
-    from xmcbench.data.sparse import read_filter_file
-
     matrix = sp.csr_matrix(read_filter_file(files[name], shape))
     matrix.sort_indices()
     _save_csr(tmp, f"{split}.filter", matrix)

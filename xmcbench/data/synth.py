@@ -36,8 +36,9 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from xmcbench.data.jsonl import orjson, write_lines
-from xmcbench.data.registry import LF_FILES, DatasetSpec, Source, check_dataset_name
+from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source, check_dataset_name
+from xmcbench.data.formats.lf_json import orjson, write_lines
+from xmcbench.data.raw import record_manifest
 
 _ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
            "br", "ch", "cl", "dr", "fl", "gr", "pl", "pr", "sh", "st", "th", "tr"]
@@ -394,3 +395,15 @@ def make_synthetic_spec(name: str, *, query_text: str = "title", description: st
         ),
         synthetic=p.model_dump(),
     )
+
+
+def materialize(spec: DatasetSpec, raw_dir: Path) -> Path:
+    """Generate the raw files of the synthetic dataset ``spec`` into ``raw_dir`` and record their
+    manifest (the one place a synthetic dataset's files are made); returns ``raw_dir``."""
+    if spec.synthetic is None:
+        raise ValueError(f"{spec.name} is not a synthetic dataset")
+    p = SynthParams(**spec.synthetic)
+    synthesize(raw_dir, **spec.synthetic)
+    record_manifest(raw_dir, list(spec.files),
+                    source=f"synthetic (labels={p.n_labels}, train={p.n_train}, test={p.n_test}, seed={p.seed})")
+    return raw_dir

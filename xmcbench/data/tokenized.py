@@ -27,14 +27,13 @@ import json
 import os
 import re
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from xmcbench import paths
+from xmcbench import fsutil, paths
 from xmcbench.errors import XmcbenchError
 from xmcbench.progress import task
 
@@ -181,7 +180,8 @@ class TokenCache:
     def _build(folder: Path, texts: Sequence[str], tokenizer: Any, meta: dict, chunk_size: int, progress: bool) -> None:
         n, t = int(meta["n"]), int(meta["max_length"])
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = folder.parent / f".{folder.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        fsutil.remove_stale_temps(folder.parent)  # builds a killed process left behind
+        tmp = fsutil.temp_path(folder)  # its name carries our pid
         tmp.mkdir()
         try:
             ids = np.lib.format.open_memmap(tmp / "input_ids.npy", mode="w+", dtype=np.int32, shape=(n, t))

@@ -63,7 +63,7 @@ def compare_runs(store: Store, run_a: str, run_b: str, n_boot: int = 1000, seed:
     """Paired bootstrap of every metric both runs report (ids or unique prefixes)."""
     from xmcbench import metrics
     from xmcbench.data import load_dataset
-    from xmcbench.data.sparse import load_sparse
+    from xmcbench.data.formats.xc_sparse import load_sparse
 
     a, b = store.get_run(run_a), store.get_run(run_b)
     if a["run_id"] == b["run_id"]:

@@ -41,17 +41,8 @@ class EvalData:
 def ensure_dataset(recipe: Recipe, progress: bool = True) -> PreparedDataset:
     """The recipe's prepared dataset, synthesised or downloaded first when the recipe allows."""
     ds = recipe.dataset
-    # TEMPORARY until the data/ redesign lands (load_dataset(..., synthetic=...) decides alone)
-    from xmcbench import paths
-    from xmcbench.data.create import create_synthetic_dataset
-    from xmcbench.fsutil import file_lock
-
-    with file_lock(paths.datasets_dir() / ".locks" / f"{ds.name.lower()}.lock"):
-        if ds.synthetic is not None:
-            p = ds.synthetic
-            create_synthetic_dataset(ds.name, n_labels=p.labels, n_train=p.train, n_test=p.test, seed=p.seed,
-                                     exist_ok=True)
-        return load_dataset(ds.name, download=True, source=ds.source, progress=progress)
+    synthetic = ds.synthetic.model_dump() if ds.synthetic is not None else None
+    return load_dataset(ds.name, download=True, source=ds.source, synthetic=synthetic, progress=progress)
 
 
 def build_train_task(recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndarray) -> TrainTask:

@@ -161,7 +161,7 @@ def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
 
 
 def _new_run_dir(runs_root: Path, recipe: Recipe) -> Path:
-    slug = re.sub(r"[^a-z0-9.]+", "-", recipe.dataset.name.lower()).strip("-.") or "dataset"
+    slug = re.sub(r"[^a-z0-9.]+", "-", recipe.dataset.name.lower())[:60].strip("-.") or "dataset"
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_id = check_name(f"{stamp}-{recipe.method.name.lower()}-{slug}-{secrets.token_hex(3)}", "run id")
     run_dir = runs_root / run_id

@@ -17,8 +17,7 @@ no header) naming (query, label) pairs that must be removed from predictions bef
 Parsing is vectorised (one C-level number parse over the whole file, row ids recovered from
 newline positions), so a million rows load in seconds. When the fast path meets something it does
 not understand it falls back to a line-by-line scan whose only job is to find the first bad line
-and raise a ``DataFormatError`` naming the file, the line and the problem. Writers are atomic: they
-write a temporary file in the destination folder and ``os.replace`` it into place.
+and raise a ``DataFormatError`` naming the file, the line and the problem. Writers are atomic (``xmcbench.fsutil``).
 """
 
 from __future__ import annotations
@@ -26,13 +25,13 @@ from __future__ import annotations
 import gzip
 import os
 import re
-import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
+from xmcbench import fsutil
 from xmcbench.errors import DataFormatError
 
 __all__ = [
@@ -265,20 +264,6 @@ def read_sparse_text(path: str | os.PathLike, n_cols: int | None = None) -> sp.c
     return matrix
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` on a temporary file next to ``path`` and move it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + "".join(path.suffixes))
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _format_rows(matrix: sp.csr_matrix) -> bytes:
     """Body of the sparse text file: one line per row, ``index:value`` tokens."""
     value_fmt = "%.9g" if matrix.dtype.itemsize <= 4 else "%.17g"  # round-trips the dtype exactly
@@ -310,7 +295,8 @@ def write_sparse_text(path: str | os.PathLike, matrix) -> None:
         else:
             tmp.write_bytes(payload)
 
-    _atomic_write(path, write)
+    with fsutil.atomic_output(path) as tmp:
+        write(tmp)
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,7 +329,8 @@ def save_sparse(path: str | os.PathLike, matrix) -> None:
     path = Path(path)
     if path.suffix == ".npz":
         matrix = sp.csr_matrix(matrix)
-        _atomic_write(path, lambda tmp: sp.save_npz(tmp, matrix, compressed=True))
+        with fsutil.atomic_output(path) as tmp, open(tmp, "wb") as fh:  # a file object: save_npz adds no suffix
+            sp.save_npz(fh, matrix, compressed=True)
     else:
         write_sparse_text(path, matrix)
 

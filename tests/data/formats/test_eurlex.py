@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from xmcbench.data.eurlex import read_eurlex_split, read_label_map
+from xmcbench.data.catalog import get_spec
+from xmcbench.data.formats.eurlex import read_eurlex_split, read_label_map
 from xmcbench.data.prepared import load_prepared, prepare
-from xmcbench.data.registry import get_spec
 from xmcbench.errors import DataFormatError
 
 

@@ -7,9 +7,10 @@ import json
 
 import numpy as np
 import pytest
+from lf_json_helpers import iter_records, write_lf_json
 
-from xmcbench.data import jsonl
-from xmcbench.data.jsonl import iter_records, read_lf_chunks, read_text_lines, write_lf_json
+from xmcbench.data.formats import lf_json as jsonl
+from xmcbench.data.formats.lf_json import read_lf_chunks, read_text_lines
 from xmcbench.errors import DataFormatError
 
 RECORDS = [

@@ -1,12 +1,12 @@
-"""Reader and writer of the XC repository's JSON-lines files (``trn.json.gz``, ``lbl.json.gz``, ...).
+"""The ``lf-json`` format: the XC repository's JSON-lines files (``trn.json.gz``, ``lbl.json.gz``, ...).
 
 One record per line: ``{"uid", "title", "content", "target_ind": [...], "target_rel": [...]}``;
 ``target_ind`` indexes the lines of the label file. Files may be gzip-compressed or plain; which
 one is told by the gzip magic bytes, never by the file name.
 
 Texts in the raw files carry HTML entities (``&#8217;``). They are decoded here, exactly once, at
-read time (``html.unescape``), for queries and labels alike; nothing downstream decodes again. The
-writer escapes ``&``, ``<`` and ``>`` by default so that ``read(write(records)) == records``.
+read time (``html.unescape``), for queries and labels alike; nothing downstream decodes again.
+``write_lines`` writes such files (gzip with a fixed header, atomically) for the synthetic generator.
 
 The reader is built for 1M+-line files: a background thread reads and decompresses while the
 main thread parses; records are parsed with orjson when it is installed (else the standard json
@@ -22,9 +22,7 @@ import gzip
 import html
 import itertools
 import json
-import os
 import queue
-import tempfile
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +33,10 @@ from typing import Iterable, Iterator, NoReturn
 
 import numpy as np
 
+from xmcbench import fsutil
+from xmcbench.data.formats import Format, QueryChunk, compose_query_texts
 from xmcbench.errors import DataFormatError
+from xmcbench.progress import task
 
 try:  # orjson is several times faster than json on these files; json is the fallback.
     import orjson
@@ -353,42 +354,6 @@ def _raise_record_error(path: Path, first: int, records: list, n_labels: int | N
     raise DataFormatError(path, first, "malformed records in this part of the file")  # pragma: no cover
 
 
-def iter_records(path: Path, *, targets: bool = True, n_labels: int | None = None) -> Iterator[dict]:
-    """Records one by one as dicts ``{uid, title, content[, target_ind]}`` (decoded texts).
-
-    Convenient for small files and tests; ``read_lf_chunks`` is the fast path for big ones.
-    """
-    for chunk in read_lf_chunks(path, n_labels=n_labels, targets=targets):
-        starts = None
-        if chunk.target_counts is not None:
-            starts = np.concatenate([[0], np.cumsum(chunk.target_counts)])
-        for i in range(len(chunk)):
-            record = {"uid": chunk.uids[i], "title": chunk.titles[i], "content": chunk.contents[i]}
-            if starts is not None:
-                record["target_ind"] = chunk.target_indices[starts[i] : starts[i + 1]].tolist()
-            yield record
-
-
-def write_lf_json(
-    path: Path,
-    records: Iterable[dict],
-    *,
-    compress: bool = True,
-    escape_html: bool = True,
-    compresslevel: int = 6,
-) -> Path:
-    """Write records as LF JSON lines (gzip unless ``compress=False``), atomically.
-
-    Each record needs ``title``; ``uid`` and ``content`` default to ""; ``target_ind`` is written
-    with ``target_rel`` of 1.0 each when present. ``escape_html`` escapes ``& < >`` so that the
-    reader's single decoding gives back the texts; pass False to write texts that already are in
-    the raw (entity-encoded) form. The gzip header carries no name and mtime 0, so equal records
-    give byte-identical files.
-    """
-    escape = (lambda t: html.escape(t, quote=False)) if escape_html else (lambda t: t)
-    return write_lines(path, (encode_record(r, escape) for r in records), compress=compress, compresslevel=compresslevel)
-
-
 def write_lines(path: Path, lines: Iterable[bytes], *, compress: bool = True, compresslevel: int = 6) -> Path:
     """Write byte lines (each ending in a newline) to ``path`` atomically, gzip with mtime 0 if ``compress``.
 
@@ -396,25 +361,17 @@ def write_lines(path: Path, lines: Iterable[bytes], *, compress: bool = True, co
     produces ``lines``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw, ThreadPoolExecutor(max_workers=1) as writer:
-            out = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) if compress else raw
-            pending = None
-            for batch in _batches(lines):
-                if pending is not None:
-                    pending.result()  # one batch in flight: bounded memory, order kept
-                pending = writer.submit(out.write, batch)
+    with fsutil.atomic_output(path) as tmp, open(tmp, "wb") as raw, ThreadPoolExecutor(max_workers=1) as writer:
+        out = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) if compress else raw
+        pending = None
+        for batch in _batches(lines):
             if pending is not None:
-                pending.result()
-            if compress:
-                out.close()
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a data file is readable like any other
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+                pending.result()  # one batch in flight: bounded memory, order kept
+            pending = writer.submit(out.write, batch)
+        if pending is not None:
+            pending.result()
+        if compress:
+            out.close()
     return path
 
 
@@ -432,17 +389,44 @@ def _batches(lines: Iterable[bytes], size: int = 1 << 20) -> Iterator[bytes]:
         yield b"".join(batch)
 
 
-def encode_record(record: dict, escape=lambda t: t) -> bytes:
-    """One JSON line (with its newline) in the XC field order."""
-    out = {
-        "uid": str(record.get("uid", "")),
-        "title": escape(record["title"]),
-        "content": escape(record.get("content") or ""),
-    }
-    if "target_ind" in record:
-        ind = [int(i) for i in record["target_ind"]]
-        out["target_ind"] = ind
-        out["target_rel"] = [1.0] * len(ind)
-    if orjson is not None:
-        return orjson.dumps(out) + b"\n"
-    return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+def progress_chunks(path: Path, n_labels: int | None, targets: bool, what: str, progress: bool) -> Iterator[LFChunk]:
+    """``read_lf_chunks`` with a progress bar (stderr) over the raw (compressed) bytes."""
+    reader = RawReader(path)
+    with task(f"{what} ({path.name}, MB)", total=round(reader.size / 1e6), enabled=progress) as advance:
+        done = 0
+        for chunk in read_lf_chunks(path, n_labels=n_labels, targets=targets, reader=reader):
+            yield chunk
+            now = round(reader.bytes_read / 1e6)
+            advance(now - done)
+            done = now
+
+
+def read_query_chunks(spec, path: Path, split: str, n_labels: int, progress: bool) -> Iterator[QueryChunk]:
+    """The queries of one LF JSON-lines split file, texts composed as ``spec.query_text`` says."""
+    for chunk in progress_chunks(path, n_labels, True, f"{spec.name}: {split}", progress):
+        yield QueryChunk(
+            compose_query_texts(chunk.titles, chunk.contents, spec.query_text),
+            chunk.uids,
+            chunk.target_counts,
+            chunk.target_indices.astype(np.int32),
+        )
+
+
+def _read_labels(spec, files: dict[str, Path], progress: bool) -> Iterator[tuple[list[str], list[str]]]:
+    for chunk in progress_chunks(files["lbl.json.gz"], None, False, f"{spec.name}: labels", progress):
+        yield chunk.titles, chunk.uids
+
+
+def _read_split(spec, files: dict[str, Path], split: str, n_labels: int, progress: bool) -> Iterator[QueryChunk]:
+    return read_query_chunks(spec, files[FORMAT.split_files[split]], split, n_labels, progress)
+
+
+FORMAT = Format(
+    name="lf-json",
+    split_files={"train": "trn.json.gz", "test": "tst.json.gz"},
+    required_files=("trn.json.gz", "tst.json.gz", "lbl.json.gz"),
+    query_texts=("title", "title+content"),
+    label_text="title",
+    read_labels=_read_labels,
+    read_split=_read_split,
+)

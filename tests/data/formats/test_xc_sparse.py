@@ -1,4 +1,4 @@
-"""Tests for xmcbench.data.sparse: sparse text / npz / filter-file readers and writers."""
+"""Tests for xmcbench.data.formats.xc_sparse: sparse text / npz / filter-file readers and writers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from xmcbench.data.sparse import load_sparse, read_filter_file, read_sparse_text, save_sparse, write_sparse_text
+from xmcbench.data.formats.xc_sparse import (
+    load_sparse,
+    read_filter_file,
+    read_sparse_text,
+    save_sparse,
+    write_sparse_text,
+)
 from xmcbench.errors import DataFormatError
 
 
@@ -167,7 +173,7 @@ def test_write_is_atomic_on_failure(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("xmcbench.data.sparse._format_rows", boom)
+    monkeypatch.setattr("xmcbench.data.formats.xc_sparse._format_rows", boom)
     with pytest.raises(RuntimeError):
         write_sparse_text(path, sp.csr_matrix(np.eye(2, dtype=np.float32)))
     assert path.read_text() == "old"

@@ -1,4 +1,4 @@
-"""Reader of the EURLex-4K raw-text variant (the XR-Transformer archive ``Eurlex-4K.tar.gz``).
+"""The ``eurlex-raw`` format: the EURLex-4K raw-text variant (the XR-Transformer archive ``Eurlex-4K.tar.gz``).
 
 Files (one folder after extraction):
 
@@ -14,13 +14,15 @@ underscores are read as spaces (``air transport``), which is what a text encoder
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from xmcbench.data.jsonl import read_text_lines
-from xmcbench.data.sparse import load_sparse
+from xmcbench.data.formats import Format, QueryChunk
+from xmcbench.data.formats.lf_json import read_text_lines
+from xmcbench.data.formats.xc_sparse import load_sparse
 from xmcbench.errors import DataFormatError
 
 
@@ -53,3 +55,27 @@ def read_eurlex_split(texts_path: Path, labels_path: Path, n_labels: int) -> tup
     binary = sp.csr_matrix((np.ones(labels.nnz, dtype=np.float32), labels.indices, labels.indptr), shape=labels.shape)
     binary.sort_indices()
     return texts, binary
+
+
+_LABEL_FILES = {"train": "Y.trn.npz", "test": "Y.tst.npz"}
+
+
+def _read_labels(spec, files: dict[str, Path], progress: bool) -> Iterator[tuple[list[str], list[str]]]:
+    names = read_label_map(files["label_map.txt"])
+    yield names, [""] * len(names)
+
+
+def _read_split(spec, files: dict[str, Path], split: str, n_labels: int, progress: bool) -> Iterator[QueryChunk]:
+    docs, labels = read_eurlex_split(files[FORMAT.split_files[split]], files[_LABEL_FILES[split]], n_labels)
+    yield QueryChunk(docs, [""] * len(docs), np.diff(labels.indptr), np.asarray(labels.indices, dtype=np.int32))
+
+
+FORMAT = Format(
+    name="eurlex-raw",
+    split_files={"train": "train_raw_texts.txt", "test": "test_raw_texts.txt"},
+    required_files=("train_raw_texts.txt", "test_raw_texts.txt", "label_map.txt", "Y.trn.npz", "Y.tst.npz"),
+    query_texts=("text",),
+    label_text="name",
+    read_labels=_read_labels,
+    read_split=_read_split,
+)

@@ -6,6 +6,7 @@ import errno
 import hashlib
 import io
 import json
+import os
 import socket
 import sys
 import tarfile
@@ -13,23 +14,24 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the shared server helper
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/ holds the shared server helper
 from httpserver import PERMISSION_PAGE, QUOTA_PAGE, FileServer  # noqa: E402
 
 from xmcbench import paths  # noqa: E402
-from xmcbench.data import download as dl  # noqa: E402
-from xmcbench.data.download import (  # noqa: E402
+from xmcbench.data import fetch as dl  # noqa: E402
+from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source  # noqa: E402
+from xmcbench.data.fetch import (  # noqa: E402
     download_dataset,
     fetch_url,
     parse_source,
     raw_status,
     read_manifest,
-    redact,
+    record_manifest,
     verify_dataset,
-    write_manifest,
 )
-from xmcbench.data.registry import LF_FILES, DatasetSpec, Source  # noqa: E402
+from xmcbench.data.fetch import http as http_mod  # noqa: E402
 from xmcbench.errors import DownloadError  # noqa: E402
+from xmcbench.redact import redact  # noqa: E402
 
 
 @pytest.fixture
@@ -37,6 +39,11 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path / "home"
+
+
+@pytest.fixture(autouse=True)
+def _no_backoff(monkeypatch):
+    monkeypatch.setattr(http_mod, "BACKOFF_FACTOR", 0)  # retries without sleeping
 
 
 @pytest.fixture
@@ -181,7 +188,7 @@ def test_html_page_instead_of_file(server, tmp_path):
 
 
 def test_disk_full_while_writing(server, tmp_path, monkeypatch):
-    monkeypatch.setattr(dl, "_CHUNK", 16_384)
+    monkeypatch.setattr(http_mod, "CHUNK", 16_384)
     written = []
 
     def write(out, block):
@@ -190,7 +197,7 @@ def test_disk_full_while_writing(server, tmp_path, monkeypatch):
         written.append(len(block))
         out.write(block)
 
-    monkeypatch.setattr(dl, "_write_chunk", write)
+    monkeypatch.setattr(http_mod, "_write_chunk", write)
     with pytest.raises(DownloadError, match="disk full while downloading .* needed 100,000 bytes, [0-9,]+ bytes free"):
         fetch_url(server.serve("f.bin", _bytes(100_000, 6)), tmp_path / "f.bin", progress=False)
     assert _listing(tmp_path) == []  # the partial file was cleaned up
@@ -209,7 +216,7 @@ def test_not_enough_space_is_caught_before_writing(server, tmp_path, monkeypatch
 def test_interrupt_keeps_part_then_resumes(server, tmp_path, monkeypatch):
     data = _bytes(100_000, 8)
     url = server.serve("f.bin", data)
-    monkeypatch.setattr(dl, "_CHUNK", 16_384)
+    monkeypatch.setattr(http_mod, "CHUNK", 16_384)
     calls = []
 
     def write(out, block):
@@ -218,12 +225,12 @@ def test_interrupt_keeps_part_then_resumes(server, tmp_path, monkeypatch):
         if len(calls) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(dl, "_write_chunk", write)
+    monkeypatch.setattr(http_mod, "_write_chunk", write)
     with pytest.raises(KeyboardInterrupt):
         fetch_url(url, tmp_path / "f.bin", progress=False)
     assert _listing(tmp_path) == ["f.bin.part"]
     assert (tmp_path / "f.bin.part").read_bytes() == data[:32_768]
-    monkeypatch.setattr(dl, "_write_chunk", lambda out, block: out.write(block))
+    monkeypatch.setattr(http_mod, "_write_chunk", lambda out, block: out.write(block))
     fetch_url(url, tmp_path / "f.bin", progress=False)
     assert (tmp_path / "f.bin").read_bytes() == data
     assert server.statuses("f.bin")[-1] == ("bytes=32768-", 206)
@@ -292,7 +299,7 @@ def test_download_without_manifest_is_not_complete(home):
     assert not report.manifest_found and not report.ok and "not downloaded by xmcbench" in report.problems()[0]
     with pytest.raises(DownloadError, match="has no download source"):
         download_dataset(spec, progress=False)
-    write_manifest(spec, raw, source="synthetic")
+    record_manifest(raw, list(spec.files), source="synthetic")
     assert verify_dataset(spec).ok and download_dataset(spec, progress=False) == raw
 
 
@@ -536,3 +543,48 @@ def test_manifest_file_is_plain_json(server, home):
     data = json.loads((raw / "manifest.json").read_text())
     assert sorted(data) == sorted(LF_FILES)
     assert set(data["trn.json.gz"]) == {"sha256", "size", "source", "downloaded_at"}
+
+
+# --------------------------------------------------------------------------------------------
+# retries and stale temps
+
+
+def test_503_is_retried_then_succeeds(server, tmp_path):
+    data = _bytes(20_000, 11)
+    url = server.serve("busy.bin", data, fault="503", drops=2)
+    fetch_url(url, tmp_path / "busy.bin", progress=False)
+    assert (tmp_path / "busy.bin").read_bytes() == data
+    assert server.statuses("busy.bin") == [(None, 503), (None, 503), (None, 200)]
+
+
+def test_503_for_too_long_is_one_clear_error(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(http_mod, "RETRIES", 1)
+    url = server.serve("busy.bin", b"x", fault="503", drops=5)
+    with pytest.raises(DownloadError, match="HTTP 503 .*from"):
+        fetch_url(url, tmp_path / "busy.bin", progress=False)
+    assert len(server.statuses("busy.bin")) == 2 and _listing(tmp_path) == []
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_staging_of_a_dead_process_is_removed_and_part_files_kept(server, home):
+    files = _raw_files()
+    url = server.serve("t.tar.gz", _targz(files))
+    spec = _spec(Source(kind="url", ref=url, filename="t.tar.gz", archive=True))
+    raw = paths.dataset_raw_dir(spec.raw_group)
+    dead = raw / f".staging.{_dead_pid()}.abcd1234.tmp"
+    live = raw / f".staging.{os.getpid()}.beef0000.tmp"
+    for folder in (dead, live):
+        (folder / "part0").mkdir(parents=True)
+    other = raw / ".downloads" / "0123456789-other.zip.part"  # another source's partial download
+    other.parent.mkdir()
+    other.write_bytes(b"half")
+    download_dataset(spec, progress=False)
+    assert not dead.exists() and live.is_dir()  # a live writer's temp folder is not touched
+    assert other.read_bytes() == b"half"  # kept for its Range resume

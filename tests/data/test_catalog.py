@@ -1,20 +1,19 @@
-"""Dataset registry: built-ins, case-insensitive lookup, did-you-mean, local specs, raw files."""
+"""Dataset catalogue: built-ins, case-insensitive lookup, did-you-mean, local specs, safe names."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from xmcbench import paths
-from xmcbench.data.registry import (
+from xmcbench.data.catalog import (
     LF_FILES,
     DatasetSpec,
     Source,
-    find_raw_file,
     get_spec,
     list_specs,
-    raw_files,
     save_local_spec,
 )
 from xmcbench.errors import DataFormatError, XmcbenchError
@@ -83,8 +82,8 @@ def test_local_spec_roundtrip():
 def test_local_spec_refusals():
     with pytest.raises(XmcbenchError, match="built-in"):
         save_local_spec(_local("lf-amazontitles-131k"))
-    with pytest.raises(XmcbenchError, match="invalid dataset name"):
-        save_local_spec(_local("../escape"))
+    with pytest.raises(ValidationError, match="cannot be used as a file name|must be a non-empty name|longer than"):
+        _local("../escape")  # a spec cannot even hold a name that leaves its folder
     save_local_spec(_local("Data"))
     with pytest.raises(XmcbenchError, match="already exists"):
         save_local_spec(_local("data"))
@@ -99,11 +98,34 @@ def test_broken_local_spec_names_the_file():
     assert "format" in str(info.value)
 
 
-def test_find_raw_file_accepts_twins(tmp_path):
-    (tmp_path / "trn.json").write_text("")
-    (tmp_path / "filter_labels_test.txt.gz").write_bytes(b"")
-    assert find_raw_file(tmp_path, "trn.json.gz") == tmp_path / "trn.json"
-    assert find_raw_file(tmp_path, "filter_labels_test.txt") == tmp_path / "filter_labels_test.txt.gz"
-    assert find_raw_file(tmp_path, "lbl.json.gz") is None
-    with pytest.raises(XmcbenchError, match=r"tst.json.gz, lbl.json.gz, filter_labels_train.txt missing"):
-        raw_files(_local(), tmp_path)
+ESCAPING = ["../x", "..", "a/../b", "a/b", "a\\b", "/abs", ".hidden", "a..b", "a\x00b", "a\nb", "", "x" * 101]
+
+
+@pytest.mark.parametrize("name", ESCAPING)
+def test_names_that_could_leave_their_folder_are_refused_before_anything_is_made(name):
+    from xmcbench.data import load_dataset
+    from xmcbench.data.catalog import check_dataset_name
+
+    home = paths.home()
+    with pytest.raises(XmcbenchError, match="cannot be used as a file name|must be a non-empty name|longer than"):
+        check_dataset_name(name)
+    with pytest.raises(XmcbenchError, match="cannot be used as a file name|must be a non-empty name|longer than"):
+        get_spec(name)
+    with pytest.raises(XmcbenchError, match="cannot be used as a file name|must be a non-empty name|longer than"):
+        load_dataset(name, synthetic={"labels": 5, "train": 5, "test": 5}, download=True, progress=False)
+    assert not home.exists()  # no lock file, no folder: nothing at all was created
+
+
+def test_ordinary_names_pass():
+    from xmcbench.data.catalog import check_dataset_name
+
+    for name in ("LF-AmazonTitles-1.3M", "synth_test", "x", "A" * 100):
+        assert check_dataset_name(name) == name
+
+
+def test_builtins_come_from_the_catalogue_file():
+    # title-only and full-text variants share everything but name, query text and description
+    titles, full = get_spec("LF-AmazonTitles-131K"), get_spec("LF-Amazon-131K")
+    same = {k for k in DatasetSpec.model_fields if k not in ("name", "query_text", "description")}
+    assert all(getattr(titles, k) == getattr(full, k) for k in same)
+    assert titles.query_text == "title" and full.query_text == "title+content"

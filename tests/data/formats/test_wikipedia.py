@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from lf_json_helpers import write_lf_json
 
-from xmcbench.data.jsonl import write_lf_json
+from xmcbench.data.catalog import get_spec
+from xmcbench.data.formats.wikipedia import read_yf
 from xmcbench.data.prepared import load_prepared, prepare
-from xmcbench.data.registry import get_spec
-from xmcbench.data.wikipedia import read_yf
 from xmcbench.errors import DataFormatError
 
 

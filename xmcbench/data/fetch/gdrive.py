@@ -1,0 +1,59 @@
+"""The Google Drive transport (gdown): resumable, with quota and permission pages told apart."""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import os
+from pathlib import Path
+
+from xmcbench.data.catalog import DatasetSpec, Source
+from xmcbench.data.fetch.common import TIMEOUT_S, byte_bar, disk_full, html_head, page_reason
+from xmcbench.data.fetch.sources import SOURCE_HELP
+from xmcbench.errors import DownloadError
+from xmcbench.redact import redact
+
+
+def drive_refused(what: str, text: str) -> DownloadError:
+    reason = page_reason(text) or "Drive returned a web page instead of the file"
+    return DownloadError(
+        f"Google Drive refused the download of {what}: {reason}; try again later, or get the files "
+        f"elsewhere and {SOURCE_HELP}"
+    )
+
+
+def fetch_gdrive(spec: DatasetSpec, src: Source, target: Path, progress: bool) -> Path:
+    """Download Drive file ``src.ref`` to ``target``; a web page instead of the file is an error."""
+    import gdown  # heavy optional dependency: imported only for a Drive download
+    import requests
+
+    # gdown keeps its own resumable '<tmp>*.part' next to this temporary name; the file only gets
+    # the final name after we checked it is not an HTML error page.
+    tmp = target.with_name(target.name + ".gdown")
+    try:
+        with byte_bar(progress, spec.name, None) as update:
+            # progress/timeout arrived in later gdown releases; pass them where they exist
+            accepted = inspect.signature(gdown.download).parameters
+            extra = {k: v for k, v in (("progress", update), ("timeout", TIMEOUT_S)) if k in accepted}
+            gdown.download(id=src.ref, output=str(tmp), quiet=True, resume=True, **extra)
+    except gdown.exceptions.FileURLRetrievalError as exc:
+        raise drive_refused(spec.name, str(exc)) from None
+    except (gdown.exceptions.DownloadError, requests.RequestException) as exc:
+        raise DownloadError(
+            f"cannot download {spec.name} from Google Drive (gdrive:{src.ref}): {redact(str(exc)).splitlines()[0]}; "
+            f"run the same command again to resume, or {SOURCE_HELP}"
+        ) from None
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            for leftover in tmp.parent.glob(tmp.name + "*.part"):
+                leftover.unlink(missing_ok=True)
+            raise disk_full(f"downloading {spec.name}", tmp.parent, after="; the partial file was deleted") from None
+        raise
+    if not tmp.is_file():
+        raise DownloadError(f"cannot download {spec.name}: gdown wrote nothing for gdrive:{src.ref}; {SOURCE_HELP}")
+    page = html_head(tmp)
+    if page is not None:
+        tmp.unlink()
+        raise drive_refused(spec.name, page)
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,103 @@
+"""``load_dataset``: the one place that decides how a dataset gets ready, and the lock around it.
+
+For a dataset name (case-insensitive), under a per-dataset lock between processes (so parallel
+runs never generate, download or prepare one dataset twice):
+
+1. ``synthetic=`` parameters given -> create the synthetic dataset (local spec + raw files) unless an
+   identical one exists; other parameters under that name are an error unless ``force``;
+2. a prepared cache that matches the raw files (or whose raw files were deleted) -> load it
+   (``rebuild=True`` skips this step);
+3. raw files present -> prepare, then load;
+4. a synthetic dataset -> regenerate its raw files from the saved parameters, prepare, load;
+5. ``download=True`` -> download (from ``source`` if given), prepare, load;
+6. otherwise an XmcbenchError saying how to download it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from xmcbench import fsutil, paths
+from xmcbench.data.catalog import DatasetSpec, check_dataset_name, get_spec, local_spec_path, save_local_spec
+from xmcbench.data.fetch import download_dataset, raw_lock
+from xmcbench.data.fetch.common import say_for
+from xmcbench.data.prepared import PreparedDataset, is_prepared_current, load_prepared, prepare
+from xmcbench.data.raw import raw_complete, raw_status
+from xmcbench.data.synth import make_synthetic_spec, materialize
+from xmcbench.errors import XmcbenchError
+
+# recipe / CLI spelling of the generator parameters -> synthesize's
+_SYNTH_KEYS = {"labels": "n_labels", "train": "n_train", "test": "n_test"}
+
+
+def dataset_lock(name: str, progress: bool = True):
+    """The lock held while dataset ``name`` is created, downloaded or prepared."""
+    check_dataset_name(name)
+    return fsutil.file_lock(
+        paths.locks_dir() / f"{name.lower()}.lock",
+        on_wait=lambda msg: say_for(progress)(msg, highlight=False), what=f"dataset {name}",
+    )
+
+
+def load_dataset(
+    name: str,
+    *,
+    download: bool = False,
+    source: str | None = None,
+    synthetic: dict[str, Any] | None = None,
+    progress: bool = True,
+    force: bool = False,
+    rebuild: bool = False,
+) -> PreparedDataset:
+    """The prepared dataset ``name``, created, downloaded or prepared as needed (module docstring).
+
+    ``synthetic``: generator parameters ``{"labels", "train", "test", "seed"}`` (or ``synthesize``'s
+    own ``n_labels``, ``n_train``, ...); ``force`` lets them replace a synthetic dataset of that name
+    made with other parameters. ``rebuild`` prepares the cache again even when it is current.
+    """
+    check_dataset_name(name)
+    with dataset_lock(name, progress):
+        spec = _create_synthetic(name, synthetic, force) if synthetic is not None else get_spec(name)
+        raw_dir = paths.dataset_raw_dir(spec.raw_group)
+        prepared_dir = paths.dataset_prepared_dir(spec.name)
+        if not rebuild and is_prepared_current(spec, raw_dir, prepared_dir):
+            return load_prepared(prepared_dir)
+        if not raw_complete(spec, raw_dir):
+            if spec.synthetic is not None:
+                with raw_lock(spec, progress):
+                    materialize(spec, raw_dir)
+            elif download:
+                download_dataset(spec, source=source, progress=progress)
+            else:
+                raise XmcbenchError(
+                    f"dataset {spec.name} is not downloaded here; run `xmcbench datasets download {spec.name}`"
+                )
+        prepare(spec, raw_dir, prepared_dir, progress=progress)
+        return load_prepared(prepared_dir)
+
+
+def _create_synthetic(name: str, params: dict[str, Any], force: bool) -> DatasetSpec:
+    """The spec of synthetic dataset ``name`` made with ``params``, generating it unless an identical
+    complete one exists."""
+    params = {_SYNTH_KEYS.get(k, k): v for k, v in params.items()}
+    spec = make_synthetic_spec(name, **params)
+    if local_spec_path(name).exists() and not force:
+        old = get_spec(name)
+        if old.synthetic != spec.synthetic:
+            raise XmcbenchError(
+                f"dataset {name} already exists with other parameters ({old.synthetic}); pass --force "
+                f"(datasets synth) to replace it, choose another name, or delete {paths.datasets_dir() / name}"
+            )
+        if raw_status(old) == "complete":
+            return old
+    with raw_lock(spec):
+        materialize(spec, paths.dataset_raw_dir(spec.raw_group))
+    save_local_spec(spec)
+    return spec
+
+
+def dataset_status(spec: DatasetSpec) -> Literal["prepared", "complete", "partial", "missing"]:
+    """What of ``spec`` is on this machine: a current prepared cache, else the raw files' status."""
+    if is_prepared_current(spec, paths.dataset_raw_dir(spec.raw_group), paths.dataset_prepared_dir(spec.name)):
+        return "prepared"
+    return raw_status(spec)
