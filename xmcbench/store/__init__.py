@@ -9,12 +9,22 @@
 from xmcbench.store.lock import DatabaseLockTimeout
 from xmcbench.store.record import RECORD_SCHEMA_VERSION, read_record, record_rows
 from xmcbench.store.schema import SCHEMA_VERSION
-from xmcbench.store.store import COMPARABILITY_KEY, IngestReport, Store
+from xmcbench.store.store import (
+    COMPARABILITY_KEY,
+    DamagedDatabaseError,
+    DatabaseWriteError,
+    IngestReport,
+    NoDatabaseError,
+    Store,
+)
 
 __all__ = [
     "COMPARABILITY_KEY",
+    "DamagedDatabaseError",
     "DatabaseLockTimeout",
+    "DatabaseWriteError",
     "IngestReport",
+    "NoDatabaseError",
     "RECORD_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "Store",
