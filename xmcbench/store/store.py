@@ -142,6 +142,12 @@ class Store:
             store._inspect(missing_ok)
         else:
             store.ensure_schema()
+            if repair:
+                try:  # damage in a data block shows only when that block is read
+                    store.verify()
+                except DamagedDatabaseError as exc:
+                    store.damage = exc.reason
+                    store._repaired()
         yield store
 
     # -- errors ------------------------------------------------------------------------------
@@ -219,7 +225,11 @@ class Store:
             try:
                 stack.enter_context(write_lock(self.path, self.timeout_s, self._say_busy))
             except OSError as exc:  # the folder or the lock file cannot be made: unwritable home, a file in the way
-                raise self._write_failed(_one_line(exc), run_dir) from None
+                in_the_way = next((p for p in self.path.parents if p.exists()), None)
+                reason = _one_line(exc)
+                if in_the_way is not None and not in_the_way.is_dir():
+                    reason = f"{in_the_way} is a file, not a folder"
+                raise self._write_failed(reason, run_dir) from None
             yield
 
     @contextmanager
@@ -376,6 +386,16 @@ class Store:
             self._set_aside(self.damage or "unreadable")
             self._migrate()
         return True
+
+    def verify(self) -> None:
+        """Read every row and column of every table; ``DamagedDatabaseError`` if any block is damaged.
+
+        The database is an index (megabytes), so reading it all is quick.
+        """
+        tables = [r["table_name"] for r in self._query("SELECT table_name FROM information_schema.tables")]
+        for table in tables:
+            # hashing the whole row makes DuckDB read every column, not only those a count needs
+            self._query(f'SELECT count(*) AS n, max(hash(t)) AS h FROM "{table}" AS t')
 
     def schema_version(self) -> int:
         def attempt() -> int:
