@@ -171,7 +171,7 @@ def _damage(db, how: str) -> None:
 @pytest.mark.parametrize("how", ["empty", "header", "half", "garbage"])
 def test_a_damaged_database_is_one_clear_error_for_readers_and_writers(filled_db, how):
     _damage(filled_db, how)
-    message = rf"the results database {filled_db} is damaged or not a DuckDB file \(.*\); `xmcbench ingest .*` moves it aside"
+    message = rf"the results database {filled_db} is damaged or not a DuckDB file \(.*\); `xmcbench ingest DIR` \(DIR: your run directories, .*\) moves it aside and rebuilds it"
     with pytest.raises(DamagedDatabaseError, match=message) as info:
         with Store.open(filled_db, read_only=True) as store:
             store.runs()

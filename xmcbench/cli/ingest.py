@@ -39,8 +39,8 @@ def ingest(
             err_console.print(f"[yellow]warning:[/] published results not loaded: {exc}", highlight=False, soft_wrap=True)
     if store.moved_aside is not None:
         err_console.print(
-            f"[yellow]rebuilt[/] {path}: the damaged database is kept at {store.moved_aside}; it now indexes {directory} "
-            f"— ingest any other run folders the same way",
+            f"[yellow]rebuilt[/] {path} from {directory} (the damaged file is kept at {store.moved_aside}); "
+            f"ingest any other folders of runs the same way",
             highlight=False, soft_wrap=True,
         )
     if report.interrupted:

@@ -51,8 +51,7 @@ _CANNOT_WRITE = ("no space left", "file too large", "disk quota", "permission de
                  "not a directory", "operation not permitted")
 # DuckDB's exception types that report a damaged file (a short read, a checksum mismatch);
 # others (catalog, binder, constraint errors) are bugs and keep their traceback.
-_DAMAGE_TYPES = (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException,
-                 duckdb.TransactionException)
+_DAMAGE_TYPES = (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException)
 
 
 class NoDatabaseError(XmcbenchError):
@@ -147,7 +146,8 @@ class Store:
                     store.verify()
                 except DamagedDatabaseError as exc:
                     store.damage = exc.reason
-                    store._repaired()
+                    if not store._repaired():
+                        raise
         yield store
 
     # -- errors ------------------------------------------------------------------------------
@@ -178,14 +178,14 @@ class Store:
             return self._no_database()
         if "is a directory" in lowered:
             return self._is_directory()
-        if isinstance(exc, OSError) or any(word in lowered for word in _CANNOT_WRITE):
+        if isinstance(exc, OSError) or any(word in lowered for word in _CANNOT_WRITE) or (writing and "failed to commit" in lowered):
             if writing:
                 return self._write_failed(reason, run_dir)
             return XmcbenchError(f"cannot read the results database {self.path} ({reason}); check its permissions")
         if type(exc) is duckdb.Error or isinstance(exc, _DAMAGE_TYPES):  # "Corrupt database file" is a plain duckdb.Error
             return DamagedDatabaseError(
                 f"the results database {self.path} is damaged or not a DuckDB file ({reason}); "
-                f"`xmcbench ingest {paths.runs_dir()}` moves it aside and rebuilds it from the run directories",
+                f"`xmcbench ingest DIR` (DIR: your run directories, e.g. {paths.runs_dir()}) moves it aside and rebuilds it",
                 reason,
             )
         return exc
