@@ -388,3 +388,24 @@ def test_reingest_updates_a_run_that_died_after_it_was_indexed(tmp_path, record_
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_permission_denied_is_a_clear_error_for_readers_and_writers(filled_db, record_factory, monkeypatch):
+    """Mocked, because the tests may run as root (which no file mode stops): DuckDB refusing the file."""
+    real_connect = duckdb.connect
+
+    def denied(path, read_only=False):
+        if read_only and "reads" not in denied.__dict__:
+            return real_connect(path, read_only=True)
+        raise duckdb.IOException(f'IO Error: Cannot open file "{path}": Permission denied')
+
+    monkeypatch.setattr(duckdb, "connect", denied)
+    with Store.open(filled_db, read_only=True) as store:  # a writer's refusal does not concern a reader
+        assert len(store.runs()) == 3
+    with pytest.raises(DatabaseWriteError, match=rf"cannot write to the results database {filled_db} \(Cannot open file: Permission denied\); the run directory /r/9"):
+        store = Store(filled_db)
+        store.ingest_record(record_factory("r9"), "/r/9")
+    denied.reads = False
+    with pytest.raises(XmcbenchError, match=rf"cannot read the results database {filled_db} \(Cannot open file: Permission denied\); check its permissions"):
+        with Store.open(filled_db, read_only=True):
+            pass
