@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -14,7 +13,13 @@ import duckdb
 import pytest
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.store import DamagedDatabaseError, DatabaseWriteError, NoDatabaseError, SCHEMA_VERSION, Store
+from xmcbench.store import (
+    SCHEMA_VERSION,
+    DamagedDatabaseError,
+    DatabaseWriteError,
+    NoDatabaseError,
+    Store,
+)
 from xmcbench.store.schema import migrate
 
 
@@ -262,7 +267,7 @@ def test_a_write_that_the_disk_refuses_is_one_clear_error(tmp_path, record_facto
     run_dir = run_factory(tmp_path / "runs", record)
     db = tmp_path / "results.duckdb"
     proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(db), str(run_dir), json.dumps(record)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 3, proc.stderr
     message = proc.stdout.strip()
     assert message.startswith(f"cannot write to the results database {db} (") and "File too large" in message

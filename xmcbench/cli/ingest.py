@@ -23,10 +23,9 @@ def ingest(
     Unchanged runs are skipped; damaged records are reported and the rest ingested. Exits with
     status 1 when any record was bad.
     """
-    from xmcbench.store import Store
-
     from xmcbench import paths
     from xmcbench.errors import XmcbenchError
+    from xmcbench.store import Store
 
     if not directory.is_dir():  # before opening: a mistyped folder must not create a database
         raise XmcbenchError(f"{directory}: no such directory; give a run directory or a folder of them (e.g. {paths.runs_dir()})")

@@ -20,13 +20,13 @@ from xmcbench.store.store import (
 
 __all__ = [
     "COMPARABILITY_KEY",
+    "RECORD_SCHEMA_VERSION",
+    "SCHEMA_VERSION",
     "DamagedDatabaseError",
     "DatabaseLockTimeout",
     "DatabaseWriteError",
     "IngestReport",
     "NoDatabaseError",
-    "RECORD_SCHEMA_VERSION",
-    "SCHEMA_VERSION",
     "Store",
     "read_record",
     "record_rows",

@@ -34,7 +34,7 @@ import duckdb
 
 from xmcbench import paths
 from xmcbench.errors import DataFormatError, XmcbenchError
-from xmcbench.store.lock import DEFAULT_TIMEOUT_S, DatabaseLockTimeout, is_lock_conflict, retry_on_conflict, write_lock
+from xmcbench.store.lock import DEFAULT_TIMEOUT_S, is_lock_conflict, retry_on_conflict, write_lock
 from xmcbench.store.record import RECORD_FILE, RunRows, effective_status, read_record, record_rows
 from xmcbench.store.schema import SCHEMA_VERSION, check_not_newer, current_version, migrate, utcnow
 
