@@ -12,6 +12,7 @@ import textwrap
 import duckdb
 import pytest
 
+from xmcbench import paths
 from xmcbench.errors import XmcbenchError
 from xmcbench.store import (
     SCHEMA_VERSION,
@@ -30,14 +31,14 @@ def _listing(folder) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture
 def filled_db(tmp_path, record_factory, run_factory):
-    """A database indexing three run directories (under tmp_path/runs)."""
+    """A database indexing three run directories (under tmp_path/runs), named like the home one."""
     runs = tmp_path / "runs"
     for i in range(3):
         run_factory(runs, record_factory(f"run{i}", scores={"P@1": 30.0 + i}))
-    db = tmp_path / "db" / "results.duckdb"
+    db = tmp_path / "db" / "xmcbench.duckdb"
     with Store.open(db) as store:
         store.ingest_dir(runs)
-    (db.parent / "results.duckdb.lock").unlink(missing_ok=True)
+    (db.parent / "xmcbench.duckdb.lock").unlink(missing_ok=True)
     return db
 
 
@@ -174,7 +175,8 @@ def _damage(db, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["empty", "header", "half", "garbage"])
-def test_a_damaged_database_is_one_clear_error_for_readers_and_writers(filled_db, how):
+def test_a_damaged_database_is_one_clear_error_for_readers_and_writers(filled_db, how, monkeypatch):
+    monkeypatch.setenv("XMCBENCH_HOME", str(filled_db.parent))  # the home database (a --db elsewhere: see below)
     _damage(filled_db, how)
     message = rf"the results database {filled_db} is damaged or not a DuckDB file \(.*\); `xmcbench ingest DIR` \(DIR: your run directories, .*\) moves it aside and rebuilds it"
     with pytest.raises(DamagedDatabaseError, match=message) as info:
@@ -205,19 +207,21 @@ def _damage_a_data_block(db) -> None:
     pytest.skip("found no data block whose damage leaves the catalog readable")
 
 
-@pytest.mark.parametrize("how", ["empty", "half", "garbage", "data-block"])
-def test_repairing_open_moves_the_damaged_file_aside_and_rebuilds(filled_db, tmp_path, how, capsys):
+@pytest.mark.parametrize("how", ["empty", "header", "half", "garbage", "data-block"])
+def test_repairing_open_moves_the_damaged_file_aside_and_rebuilds(filled_db, tmp_path, how, capsys, monkeypatch):
+    monkeypatch.setenv("XMCBENCH_HOME", str(filled_db.parent))  # the home database: even a destroyed header is ours
     if how == "data-block":
         _damage_a_data_block(filled_db)
     else:
         _damage(filled_db, how)
     damaged_bytes = filled_db.read_bytes()
-    (filled_db.parent / "results.duckdb.wal").write_bytes(b"stale log of the damaged file")
+    (filled_db.parent / "xmcbench.duckdb.wal").write_bytes(b"stale log of the damaged file")
     with Store.open(filled_db, repair=True) as store:
         report = store.ingest_dir(tmp_path / "runs")
         aside = store.moved_aside
+        assert store.path == paths.default_db_path()
         assert aside is not None and aside.parent == filled_db.parent
-        assert aside.name.startswith("results.duckdb.damaged-") and store.damage
+        assert aside.name.startswith("xmcbench.duckdb.damaged-") and store.damage
         assert aside.read_bytes() == damaged_bytes  # kept as it was
         assert (aside.parent / (aside.name + ".wal")).read_bytes() == b"stale log of the damaged file"
         assert sorted(report.ingested) == ["run0", "run1", "run2"]
@@ -414,3 +418,22 @@ def test_permission_denied_is_a_clear_error_for_readers_and_writers(filled_db, r
     with pytest.raises(XmcbenchError, match=rf"cannot read the results database {filled_db} \(Cannot open file: Permission denied\); check its permissions"):
         with Store.open(filled_db, read_only=True):
             pass
+
+
+def test_repair_leaves_a_foreign_file_given_by_mistake_alone(tmp_path, filled_db):
+    other = tmp_path / "results.csv"
+    other.write_text("run,P@1\nx,1\n")
+    with pytest.raises(XmcbenchError, match=rf"{other} is not a DuckDB database .* not touching it"):
+        with Store.open(other, repair=True):
+            pass
+    for read_only in (True, False):  # DuckDB would open a .csv as an in-memory database: refused before that
+        with pytest.raises(DamagedDatabaseError, match=rf"{other} is not a DuckDB database \(no DuckDB header\); give --db"):
+            with Store.open(other, read_only=read_only):
+                pass
+    assert other.read_text() == "run,P@1\nx,1\n" and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("results.csv")) == [
+        "results.csv", "results.csv.lock"]
+    # a DuckDB file elsewhere, damaged past its header, is repaired
+    copy = tmp_path / "copy.duckdb"
+    copy.write_bytes(filled_db.read_bytes()[: filled_db.stat().st_size // 2])
+    with Store.open(copy, repair=True) as store:
+        assert store.moved_aside is not None and store.runs() == []

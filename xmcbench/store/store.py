@@ -183,12 +183,15 @@ class Store:
                 return self._write_failed(reason, run_dir)
             return XmcbenchError(f"cannot read the results database {self.path} ({reason}); check its permissions")
         if type(exc) is duckdb.Error or isinstance(exc, _DAMAGE_TYPES):  # "Corrupt database file" is a plain duckdb.Error
-            return DamagedDatabaseError(
-                f"the results database {self.path} is damaged or not a DuckDB file ({reason}); "
-                f"`xmcbench ingest DIR` (DIR: your run directories, e.g. {paths.runs_dir()}) moves it aside and rebuilds it",
-                reason,
-            )
+            return self._damaged(reason)
         return exc
+
+    def _damaged(self, reason: str) -> DamagedDatabaseError:
+        return DamagedDatabaseError(
+            f"the results database {self.path} is damaged or not a DuckDB file ({reason}); "
+            f"`xmcbench ingest DIR` (DIR: your run directories, e.g. {paths.runs_dir()}) moves it aside and rebuilds it",
+            reason,
+        )
 
     def _say_busy(self, message: str) -> None:
         if not self._said_busy:  # once per store: a run that writes twice still says it once
@@ -198,15 +201,29 @@ class Store:
     # -- connections -------------------------------------------------------------------------
 
     def _connect(self, read_only: bool, run_dir: Path | str | None = None) -> duckdb.DuckDBPyConnection:
+        # DuckDB opens some files that are not databases in its own way (a .csv becomes an
+        # in-memory database with a view of it, where writes vanish): check the header first.
+        if self.path.is_file() and not _duckdb_header(self.path):
+            raise self._not_duckdb()
         try:
             return duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.Error as exc:
             if is_lock_conflict(exc):
                 raise  # another process has it open: the caller retries
             error = self._error(exc, writing=not read_only, run_dir=run_dir)
-            if error is exc:
-                raise
+            if error is exc:  # whatever else keeps DuckDB from opening the file is still about the file
+                error = XmcbenchError(f"cannot open the results database {self.path} ({_one_line(exc)}); give --db a DuckDB file")
             raise error from None
+
+    def _not_duckdb(self) -> DamagedDatabaseError:
+        reason = "no DuckDB header"
+        if self.path == paths.default_db_path():
+            return self._damaged(reason)
+        return DamagedDatabaseError(
+            f"{self.path} is not a DuckDB database ({reason}); give --db the results database (if this file was one, "
+            f"move it away and rebuild it with `xmcbench ingest DIR --db {self.path}`)",
+            reason,
+        )
 
     def _open_for_writing(self, run_dir: Path | str | None = None) -> duckdb.DuckDBPyConnection:
         """A read-write connection (the caller holds the write lock)."""
@@ -361,7 +378,16 @@ class Store:
             con.close()
 
     def _set_aside(self, reason: str) -> None:
-        """Move the damaged file (and its write-ahead log) aside, keeping it; the caller holds the write lock."""
+        """Move the damaged file (and its write-ahead log) aside, keeping it; the caller holds the write lock.
+
+        A file given with --db that never was a DuckDB database (no DuckDB header) is someone
+        else's file, named by mistake: it is left alone.
+        """
+        if self.path != paths.default_db_path() and not _duckdb_header(self.path):
+            raise XmcbenchError(
+                f"{self.path} is not a DuckDB database ({reason}) and xmcbench did not make it; not touching it. "
+                f"Give --db another path, or move the file away"
+            )
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
         n = 1
@@ -635,6 +661,16 @@ class Store:
             for row in self._query(f"SELECT * FROM {table} WHERE run_id IN ({marks})", run_ids, needs=(table,)):
                 out[row["run_id"]][table] = row
         return out
+
+
+def _duckdb_header(path: Path) -> bool:
+    """Whether ``path`` starts like a DuckDB file (magic "DUCK" after the checksum), or is empty (a creation cut short)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError:
+        return False
+    return len(head) == 0 or head[8:12] == b"DUCK"
 
 
 def _one_line(exc: BaseException) -> str:
