@@ -183,6 +183,8 @@ def test_a_damaged_database_is_one_clear_error_for_readers_and_writers(filled_db
         with Store.open(filled_db, read_only=True) as store:
             store.runs()
     assert "\n" not in str(info.value) and str(filled_db) in str(info.value)
+    if how == "empty":
+        return  # a writer replaces an empty file (next test)
     with pytest.raises(DamagedDatabaseError, match=message):  # a writer does not repair unless asked
         with Store.open(filled_db) as store:
             store.verify()
@@ -437,3 +439,14 @@ def test_repair_leaves_a_foreign_file_given_by_mistake_alone(tmp_path, filled_db
     copy.write_bytes(filled_db.read_bytes()[: filled_db.stat().st_size // 2])
     with Store.open(copy, repair=True) as store:
         assert store.moved_aside is not None and store.runs() == []
+
+
+def test_an_empty_file_left_by_a_creation_cut_short_is_replaced_by_a_writer(tmp_path, record_factory):
+    db = tmp_path / "results.duckdb"
+    db.touch()
+    with pytest.raises(DamagedDatabaseError, match="is damaged or not a DuckDB file"):  # readers never write
+        with Store.open(db, read_only=True):
+            pass
+    with Store.open(db) as store:
+        store.ingest_record(record_factory("r1"), None)
+        assert [r["run_id"] for r in store.runs()] == ["r1"]

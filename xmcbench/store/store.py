@@ -357,6 +357,11 @@ class Store:
             if version == SCHEMA_VERSION:
                 return version
         with self._write_lock():
+            wal = self.path.with_name(self.path.name + ".wal")
+            if self.path.is_file() and self.path.stat().st_size == 0 and not wal.exists():
+                # a creation cut short (disk full, a kill): it holds nothing, and no writer is making
+                # it now, since writers create under this lock
+                self.path.unlink()
             try:
                 return self._migrate()
             except DamagedDatabaseError as exc:
