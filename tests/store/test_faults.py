@@ -450,3 +450,27 @@ def test_an_empty_file_left_by_a_creation_cut_short_is_replaced_by_a_writer(tmp_
     with Store.open(db) as store:
         store.ingest_record(record_factory("r1"), None)
         assert [r["run_id"] for r in store.runs()] == ["r1"]
+
+
+REPAIRER = textwrap.dedent(
+    """
+    import sys
+    from xmcbench.store import Store
+
+    with Store.open(sys.argv[1], repair=True, notify=lambda message: None) as store:
+        report = store.ingest_dir(sys.argv[2])
+    print(store.moved_aside is not None)
+    """
+)
+
+
+def test_two_ingests_repairing_at_once_set_the_file_aside_once(filled_db, tmp_path):
+    _damage_a_data_block(filled_db)  # found only by a full read, outside the lock: both see it
+    procs = [subprocess.Popen([sys.executable, "-c", REPAIRER, str(filled_db), str(tmp_path / "runs")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [proc.communicate(timeout=120) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), results
+    assert len([p for p in filled_db.parent.iterdir() if ".damaged-" in p.name and not p.name.endswith(".wal")]) == 1
+    with Store.open(filled_db, read_only=True) as store:
+        store.verify()
+        assert {r["run_id"] for r in store.runs()} == {"run0", "run1", "run2"}

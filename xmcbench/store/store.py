@@ -351,8 +351,8 @@ class Store:
         if self.path.exists():
             try:
                 version = self.schema_version()
-            except DamagedDatabaseError:
-                version = -1  # maybe a file another process is creating right now: look again under the lock
+            except (DamagedDatabaseError, NoDatabaseError):
+                version = -1  # maybe a file another process is creating or moving right now: look again under the lock
             check_not_newer(version, str(self.path))
             if version == SCHEMA_VERSION:
                 return version
@@ -414,7 +414,13 @@ class Store:
         if not self.repair or self.moved_aside is not None:
             return False
         with self._write_lock():
-            self._set_aside(self.damage or "unreadable")
+            try:
+                self.verify()  # look again under the lock: another `xmcbench ingest` may have rebuilt it meanwhile
+                return True
+            except NoDatabaseError:
+                pass
+            except DamagedDatabaseError as exc:
+                self._set_aside(exc.reason)
             self._migrate()
         return True
 
