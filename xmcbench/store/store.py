@@ -144,8 +144,8 @@ class Store:
             if repair:
                 try:  # damage in a data block shows only when that block is read
                     store.verify()
-                except DamagedDatabaseError as exc:
-                    store.damage = exc.reason
+                except (DamagedDatabaseError, NoDatabaseError) as exc:  # gone: another ingest is repairing it
+                    store.damage = getattr(exc, "reason", None)
                     if not store._repaired():
                         raise
         yield store
@@ -496,7 +496,7 @@ class Store:
                 report.interrupted.append(rows.run_id)
             parsed.append((run_dir, rows))
 
-        while True:
+        for attempt in range(3):
             try:
                 known = {
                     r["run_id"]: (r["record_sha256"], r["run_dir"], r["status"])
@@ -520,8 +520,14 @@ class Store:
                 if self._repaired():
                     continue
                 raise
+            except NoDatabaseError:  # moved aside by another process's repair a moment ago: wait for the new one
+                if attempt == 2:
+                    raise
+                self.ensure_schema()
+                continue
             outcome.ingested = list(todo)
             return outcome
+        raise AssertionError("unreachable")  # every pass returns, continues or raises
 
     # -- reference results -------------------------------------------------------------------
 
