@@ -187,3 +187,18 @@ def test_ingest_when_the_disk_is_full_is_one_line(runs_dir, monkeypatch):
     result = runner.invoke(app, ["ingest", str(runs_dir)])
     _one_line_error(result, f"cannot write to the results database {paths.default_db_path()} (No space left on device)",
                     "xmcbench ingest")
+
+
+def test_a_broken_leaderboard_file_does_not_hide_the_runs(runs_dir, tmp_path, monkeypatch):
+    import shutil
+
+    from xmcbench.leaderboard import reference_dir
+
+    folder = tmp_path / "leaderboard"
+    shutil.copytree(reference_dir(), folder)
+    next(folder.glob("*.yaml")).write_text("rows: [unclosed\n")
+    monkeypatch.setenv("XMCBENCH_LEADERBOARD_DIR", str(folder))
+    assert runner.invoke(app, ["ingest", str(runs_dir)]).exit_code == 0  # warns, still ingests
+    result = runner.invoke(app, ["table", "-d", DATASET, "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    assert "tfidf,full,run-" in result.stdout and "published results not shown" in result.stderr and "not valid YAML" in result.stderr

@@ -74,6 +74,8 @@ def table(
             dataset_version=dataset_version,
             propensity=parse_propensity(propensity),
         )
+    if store.reference_problem:
+        err_console.print(f"[yellow]warning:[/] published results not shown: {store.reference_problem}", highlight=False, soft_wrap=True)
     if format == "rich":
         console.print(to_rich(result))
     else:

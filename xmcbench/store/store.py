@@ -114,6 +114,7 @@ class Store:
         self.damage: str | None = None  # what was wrong with it
         self._tables: frozenset[str] | None = None  # read-only: the tables there are (an older schema has fewer)
         self._said_busy = False
+        self.reference_problem: str | None = None  # why the published numbers could not be read from the files
 
     @classmethod
     @contextmanager
@@ -555,7 +556,10 @@ class Store:
 
     def _references_current(self) -> bool:
         loaded = self.reference_loaded_at()
-        newest = _leaderboard_mtime()
+        try:
+            newest = _leaderboard_mtime()
+        except XmcbenchError:  # no leaderboard folder: whatever copy the database has is the best there is
+            return loaded is not None
         return loaded is not None and (newest is None or newest <= loaded)
 
     def reference_loaded_at(self) -> datetime | None:
@@ -570,11 +574,16 @@ class Store:
         reading never writes, and published numbers need no database at all.
         """
         if not self._references_current():
-            rows = [{k: v for k, v in row.items() if k != "loaded_at"} for row in _reference_values(None, loaded_at=None)]
-            if dataset is not None:
-                rows = [r for r in rows if r["dataset"].lower() == dataset.lower()]
-            return sorted(rows, key=lambda r: (r["paper"], r["paper_table"], r["method"], r["variant"] is not None,
-                                               r["variant"] or "", r["printed_name"], r["setting"], r["metric"]))
+            try:
+                rows = [{k: v for k, v in row.items() if k != "loaded_at"} for row in _reference_values(None, loaded_at=None)]
+            except XmcbenchError as exc:  # a broken leaderboard file must not hide the runs
+                self.reference_problem = str(exc)
+                rows = None  # an older copy in the database, if any, is better than none (below)
+            if rows is not None:
+                if dataset is not None:
+                    rows = [r for r in rows if r["dataset"].lower() == dataset.lower()]
+                return sorted(rows, key=lambda r: (r["paper"], r["paper_table"], r["method"], r["variant"] is not None,
+                                                   r["variant"] or "", r["printed_name"], r["setting"], r["metric"]))
         where, params = _filters(dataset=dataset)
         return self._query(
             f"SELECT * EXCLUDE (loaded_at) FROM reference_results {where} "
