@@ -105,6 +105,10 @@ def test_read_commands_work_in_a_read_only_home(runs_dir):
 
 
 def test_status_must_be_a_known_one():
+    from xmcbench.cli.runs import RunStatus
+    from xmcbench.store.record import STATUSES
+
+    assert tuple(s.value for s in RunStatus) == STATUSES
     result = runner.invoke(app, ["runs", "list", "--status", "finishd"])
     assert result.exit_code == 2
     assert "'finishd' is not one of" in result.output
