@@ -3,7 +3,9 @@
 - ``schema.py`` — tables and ordered migrations (``SCHEMA_VERSION``).
 - ``record.py`` — reading and checking ``record.json``, turning it into rows.
 - ``lock.py``   — the write lock and read retries that make concurrent runs safe.
-- ``store.py``  — ``Store``: open, ingest, load reference results, query.
+- ``store.py``  — ``Store``: open (to write, or ``read_only``), ingest, load reference results,
+  query; its errors (``NoDatabaseError``, ``DamagedDatabaseError``, ``DatabaseWriteError``) are
+  one line saying what to do.
 """
 
 from xmcbench.store.lock import DatabaseLockTimeout
