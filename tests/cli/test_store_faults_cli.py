@@ -48,7 +48,8 @@ def _listing(folder: Path) -> dict[str, tuple[int, int]]:
 
 def _one_line_error(result, *parts: str) -> None:
     assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     for part in parts:
