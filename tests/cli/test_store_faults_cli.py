@@ -191,7 +191,7 @@ def test_ingest_when_the_disk_is_full_is_one_line(runs_dir, monkeypatch):
     monkeypatch.setattr("xmcbench.store.lock.file_lock", full)
     result = runner.invoke(app, ["ingest", str(runs_dir)])
     _one_line_error(result, f"cannot write to the results database {paths.default_db_path()} (No space left on device)",
-                    "xmcbench ingest")
+                    f"the run directories in {runs_dir} still have their records, and `xmcbench ingest {runs_dir}` will index them")
 
 
 def test_a_broken_leaderboard_file_does_not_hide_the_runs(runs_dir, tmp_path, monkeypatch):

@@ -162,7 +162,9 @@ class Store:
         )
 
     def _write_failed(self, reason: str, run_dir: Path | str | None = None) -> DatabaseWriteError:
-        if run_dir is not None:
+        if run_dir is not None and not (Path(run_dir) / RECORD_FILE).exists() and Path(run_dir).is_dir():  # a folder of runs
+            keeps = f"the run directories in {run_dir} still have their records, and `xmcbench ingest {run_dir}` will index them"
+        elif run_dir is not None:
             keeps = f"the run directory {run_dir} still has the record, and `xmcbench ingest {run_dir}` will index it"
         else:
             keeps = f"run directories keep their records, and `xmcbench ingest {paths.runs_dir()}` will index them"
@@ -513,7 +515,7 @@ class Store:
                     else:
                         todo[rows.run_id] = rows
                 if todo:
-                    with self._writing() as con:
+                    with self._writing(path) as con:
                         for rows in todo.values():
                             _upsert(con, rows)
             except DamagedDatabaseError as exc:
