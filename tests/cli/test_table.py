@@ -75,13 +75,24 @@ def test_published_zero_and_few_shot_rows(db):
     assert {"full", "zero-shot", "few-shot-1%", "few-shot-5%"} <= {r["setting"] for r in rows}
 
 
-def test_reference_results_are_loaded_once(db):
-    _json_rows("--dataset", DATASET)
-    with Store.open(db) as store:
+def test_table_reads_published_numbers_without_writing_them(db, tmp_path):
+    before = sorted(p.name for p in db.parent.iterdir())
+    rows = _json_rows("--dataset", DATASET)
+    assert any(r["kind"] == "published" for r in rows)
+    with Store.open(db, read_only=True) as store:
+        assert store.reference_loaded_at() is None  # read from the leaderboard files, not stored
+    assert sorted(p.name for p in db.parent.iterdir()) == before
+
+    # a write command stores them, once while the files are unchanged
+    (tmp_path / "no-runs").mkdir()
+    assert runner.invoke(app, ["ingest", str(tmp_path / "no-runs")]).exit_code == 0
+    with Store.open(db, read_only=True) as store:
         loaded = store.reference_loaded_at()
         assert loaded is not None
-        _json_rows("--dataset", DATASET)
-        assert store.reference_loaded_at() == loaded  # files unchanged: not reloaded
+    assert runner.invoke(app, ["ingest", str(tmp_path / "no-runs")]).exit_code == 0
+    with Store.open(db, read_only=True) as store:
+        assert store.reference_loaded_at() == loaded
+    assert _json_rows("--dataset", DATASET) == rows  # the stored copy gives the same table
 
 
 def test_metrics_option_and_markdown_best(db):
@@ -135,6 +146,9 @@ def test_bad_options_are_one_line_errors(db, tmp_path):
     assert "--propensity expects A,B" in runner.invoke(app, ["table", "-d", DATASET, "--propensity", "0.6"]).output
     result = runner.invoke(app, ["table", "-d", DATASET, "--format", "xls"])
     assert result.exit_code == 1 and "unknown table format 'xls'" in result.output
-    result = runner.invoke(app, ["table", "-d", "no-such-data", "--db", str(tmp_path / "other.duckdb")])
+    result = runner.invoke(app, ["table", "-d", "no-such-data"])
     assert result.exit_code == 1 and "nothing to show for dataset 'no-such-data'" in result.output
-    assert (tmp_path / "other.duckdb").exists()
+    # a mistyped --db is reported, not made into a new empty database
+    result = runner.invoke(app, ["table", "-d", DATASET, "--db", str(tmp_path / "other.duckdb")])
+    assert result.exit_code == 1 and f"no results database at {tmp_path / 'other.duckdb'}; run a recipe" in result.output
+    assert not (tmp_path / "other.duckdb").exists() and not (tmp_path / "other.duckdb.lock").exists()

@@ -217,3 +217,10 @@ def test_run_lock_is_released_after_the_attempt(tmp_path):
     result = run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
     with file_lock(result.run_dir / ".lock", timeout=0):
         pass
+
+
+def test_the_smoke_suite_finds_its_recipes():
+    from xmcbench.run.smoke import smoke_recipes
+
+    names = {p.stem for p in smoke_recipes()}
+    assert {"tfidf", "zero_shot", "dexml", "unidec", "prime"} <= names

@@ -122,3 +122,41 @@ def test_reader_retries_while_a_writer_has_the_file_open(tmp_path, record_factor
             Store(db, timeout_s=0.3).runs()
         finally:
             holder.wait(timeout=30)
+
+
+def test_a_writer_waiting_for_the_lock_says_so_once(tmp_path, record_factory):
+    import threading
+
+    db = tmp_path / "results.duckdb"
+    said = []
+    with Store.open(db, notify=said.append) as store:
+        assert said == []  # nothing to wait for: nothing said
+        done = threading.Event()
+        with write_lock(db):  # another writer holds it
+            worker = threading.Thread(target=lambda: (store.ingest_record(record_factory("r1"), None), done.set()))
+            worker.start()
+            worker.join(0.5)
+            assert not done.is_set()  # waiting ...
+        worker.join(30)
+        assert done.is_set()
+        store.ingest_record(record_factory("r2"), None)
+    assert said == [f"the results database {db} is busy (another xmcbench process); waiting …"]
+    assert {r["run_id"] for r in Store(db).runs()} == {"r1", "r2"}
+
+
+def test_waiting_for_duckdbs_own_file_lock_is_said_on_stderr(tmp_path, record_factory, capfd):
+    db = tmp_path / "results.duckdb"
+    with Store.open(db):
+        pass
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('open', flush=True); time.sleep(1); c.close()"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        Store(db, timeout_s=30).ingest_record(record_factory("r1"), None)  # the default notify: stderr
+    finally:
+        holder.wait(timeout=30)
+    err = capfd.readouterr().err
+    assert err.count("is busy (another xmcbench process); waiting") == 1 and str(db) in err
+    assert [r["run_id"] for r in Store(db).runs()] == ["r1"]

@@ -80,6 +80,6 @@ def test_failed_migration_leaves_the_database_unchanged(tmp_path, monkeypatch):
 def test_not_a_database_is_a_clear_error(tmp_path):
     db = tmp_path / "x.duckdb"
     db.write_text("this is not a database")
-    with pytest.raises(XmcbenchError, match="cannot open the results database"):
+    with pytest.raises(XmcbenchError, match="is not a DuckDB database"):
         with Store.open(db):
             pass

@@ -29,7 +29,7 @@ def compare(
     from xmcbench.report.compare import compare_runs
     from xmcbench.store import Store
 
-    with Store.open(db) as store:
+    with Store.open(db, read_only=True) as store:
         result = compare_runs(store, run_a, run_b, n_boot=n_boot, seed=seed)
     table = Table(
         title=f"A − B on {escape(result.dataset)} {escape(str(result.split))} ({result.n_queries:,} queries, {result.n_boot} paired resamples)",

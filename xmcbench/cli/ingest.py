@@ -18,14 +18,36 @@ def ingest(
 ) -> None:
     """Index run records (record.json) into the database; rebuilds a lost or damaged database.
 
+    A damaged database file is moved aside (kept as <db>.damaged-<UTC time>) and a fresh one is
+    built from DIRECTORY. An older database is migrated.
+
     Unchanged runs are skipped; damaged records are reported and the rest ingested. Exits with
     status 1 when any record was bad.
     """
+    from xmcbench import paths
+    from xmcbench.errors import XmcbenchError
     from xmcbench.store import Store
 
-    with Store.open(db) as store:
+    if not directory.is_dir():  # before opening: a mistyped folder must not create a database
+        raise XmcbenchError(f"{directory}: no such directory; give a run directory or a folder of them (e.g. {paths.runs_dir()})")
+    with Store.open(db, repair=True) as store:
         report = store.ingest_dir(directory)
         path = store.path
+        try:  # keeps the published numbers in the database current for SQL users; tables read the files anyway
+            store.refresh_reference_results()
+        except XmcbenchError as exc:
+            err_console.print(f"[yellow]warning:[/] published results not loaded: {exc}", highlight=False, soft_wrap=True)
+    if store.moved_aside is not None:
+        err_console.print(
+            f"[yellow]rebuilt[/] {path} from {directory} (the damaged file is kept at {store.moved_aside}); "
+            f"ingest any other folders of runs the same way",
+            highlight=False, soft_wrap=True,
+        )
+    if report.interrupted:
+        err_console.print(
+            f"{len(report.interrupted)} run(s) recorded as running whose process is gone were indexed as interrupted",
+            highlight=False,
+        )
     for run_dir, reason in report.bad:
         err_console.print(f"[red]bad[/] {escape(f'{run_dir}: {reason}')}", highlight=False, soft_wrap=True)
     console.print(escape(f"{report.summary()} → {path}"), highlight=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -9,11 +10,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, handle_errors
+from xmcbench.cli._common import console, err_console, handle_errors
 
 app = typer.Typer(help="List and inspect the runs indexed in the results database.", no_args_is_help=True)
 
 DbOption = Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")]
+# record.STATUSES, spelled out so that `xmcbench --help` need not import the store (and DuckDB);
+# a test keeps the two equal. As an Enum, click refuses anything else and lists these.
+RunStatus = Enum("RunStatus", {name: name for name in ("running", "finished", "failed", "interrupted")}, type=str)
 _STATUS_STYLE = {"finished": "green", "running": "cyan", "failed": "red", "interrupted": "yellow"}
 
 
@@ -22,14 +26,15 @@ _STATUS_STYLE = {"finished": "green", "running": "cyan", "failed": "red", "inter
 def list_runs(
     dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Only runs on this dataset (case-insensitive).")] = None,
     method: Annotated[Optional[str], typer.Option("--method", "-m", help="Only runs of this method.")] = None,
-    status: Annotated[Optional[str], typer.Option(help="Only runs with this status: running, finished, failed, interrupted.")] = None,
+    status: Annotated[Optional[RunStatus], typer.Option(help="Only runs with this status (a running run whose process is gone counts as interrupted).")] = None,
     db: DbOption = None,
 ) -> None:
     """Indexed runs, newest first, with their P@1 and GPU-hours."""
     from xmcbench.store import Store
 
-    with Store.open(db) as store:
-        runs = store.runs(dataset=dataset, method=method, status=status)
+    with Store.open(db, read_only=True) as store:
+        _note(store)
+        runs = store.runs(dataset=dataset, method=method, status=status.value if status else None)
         p1 = {s["run_id"]: s["value"] for s in store.scores(dataset=dataset, method=method, names=["P@1"])}
         path = store.path
     if not runs:
@@ -63,11 +68,13 @@ def show(
     """One run's record: task, scores with 95% CIs, compute, method accounting, provenance."""
     from xmcbench.store import Store
 
-    with Store.open(db) as store:
+    with Store.open(db, read_only=True) as store:
+        _note(store)
         run = store.get_run(run_id)
     record = run["record"]
-    style = _STATUS_STYLE.get(record["status"], "")
-    console.print(f"[bold]{escape(record['run_id'])}[/]  [{style}]{escape(str(record['status']))}[/]", highlight=False)
+    style = _STATUS_STYLE.get(run["status"], "")
+    gone = " (recorded as running; its process is gone)" if run["status"] != record["status"] else ""
+    console.print(f"[bold]{escape(record['run_id'])}[/]  [{style}]{escape(str(run['status']))}[/]{gone}", highlight=False)
     console.print(f"created {record.get('created_at')}  finished {record.get('finished_at') or '–'}  dir {escape(str(run['run_dir'] or '–'))}", highlight=False)
     if record.get("error"):
         console.print(f"[red]error:[/] {escape(record['error'])}", highlight=False)
@@ -84,6 +91,12 @@ def show(
     if packages:
         provenance["packages"] = ", ".join(f"{name} {version}" for name, version in sorted(packages.items()))
     console.print(_fields("provenance", provenance))
+
+
+def _note(store) -> None:
+    note = store.schema_note()
+    if note:
+        err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def _fields(title: str, values: dict[str, Any] | None) -> Table:

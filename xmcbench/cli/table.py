@@ -52,11 +52,19 @@ def table(
     from xmcbench.report import build_table, render, to_rich
     from xmcbench.store import Store
 
-    with Store.open(db) as store:
-        try:
-            store.refresh_reference_results()
-        except XmcbenchError as exc:  # the runs can still be shown
-            err_console.print(f"[yellow]warning:[/] published results not loaded: {escape(str(exc))}", highlight=False, soft_wrap=True)
+    # reading only: no database, lock file or migration is made. Published numbers need no
+    # database, so with none at the default place they are shown alone; a --db given that is not
+    # there is a mistake to report.
+    with Store.open(db, read_only=True, missing_ok=db is None) as store:
+        if not store.exists:
+            err_console.print(
+                f"[yellow]note:[/] no results database at {escape(str(store.path))} yet: published results only "
+                f"(run a recipe or `xmcbench ingest DIR` to add yours)",
+                highlight=False, soft_wrap=True,
+            )
+        note = store.schema_note()
+        if note:
+            err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         result = build_table(
             store,
             canonical_dataset(dataset),
@@ -67,6 +75,8 @@ def table(
             dataset_version=dataset_version,
             propensity=parse_propensity(propensity),
         )
+    if store.reference_problem:
+        err_console.print(f"[yellow]warning:[/] published results not shown: {store.reference_problem}", highlight=False, soft_wrap=True)
     if format == "rich":
         console.print(to_rich(result))
     else:

@@ -1,7 +1,7 @@
 """Comparing two runs on the same queries: paired bootstrap differences with 95% intervals.
 
     from xmcbench.report.compare import compare_runs
-    with Store.open() as store:
+    with Store.open(read_only=True) as store:
         result = compare_runs(store, "20261121-1015", "20261121-1120")
     for row in result.rows:
         print(row.name, row.diff, row.lo, row.hi, row.significant)

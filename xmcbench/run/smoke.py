@@ -17,7 +17,7 @@ from xmcbench.run.runner import RunResult, run_recipe
 
 def default_smoke_dir() -> Path:
     """``recipes/smoke`` of the xmcbench checkout (the recipes live beside the package)."""
-    return Path(__file__).resolve().parent.parent / "recipes" / "smoke"
+    return Path(__file__).resolve().parents[2] / "recipes" / "smoke"
 
 
 @dataclass

@@ -4,26 +4,28 @@ DuckDB lets one process at a time open a database file read-write (others get "C
 is held"), and read-only opens fail while a writer has it. Several ``xmcbench run`` processes
 finishing together must all be recorded, so every write goes through the same short protocol:
 
-1. take an exclusive OS lock on ``<db>.lock`` (``fcntl.flock``; waits, retrying, up to a timeout),
+1. take the exclusive lock on ``<db>.lock`` (``xmcbench.fsutil.file_lock``, i.e. ``filelock``),
 2. open the database read-write (retrying while a reader holds it briefly),
 3. write in one transaction, close,
 4. release the lock.
 
-Readers take no lock file: they open read-only for the duration of one query and retry on a lock
-conflict, so they never hold a writer up for longer than a query.
+Readers take no lock file (so they work where they may not write): they open read-only for the
+duration of one query and retry on a lock conflict, so they never hold a writer up for longer
+than a query. Whoever has to wait says so once through a ``notify`` callback rather than hanging
+silently.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 import duckdb
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.fsutil import file_lock
 
 T = TypeVar("T")
 
@@ -39,35 +41,8 @@ def lock_path(db_path: Path) -> Path:
     return db_path.with_name(db_path.name + ".lock")
 
 
-def _try_lock(fd: int) -> bool:
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        import msvcrt
-
-        os.lseek(fd, 0, os.SEEK_SET)  # msvcrt locks bytes from the current position
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-            return True
-        except OSError:
-            return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-
-
-def _unlock(fd: int) -> None:
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        import msvcrt
-
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-        return
-    fcntl.flock(fd, fcntl.LOCK_UN)
+def busy_message(db_path: Path) -> str:
+    return f"the results database {db_path} is busy (another xmcbench process); waiting …"
 
 
 def _sleeps(timeout_s: float) -> Iterator[None]:
@@ -84,36 +59,49 @@ def _sleeps(timeout_s: float) -> Iterator[None]:
 
 
 @contextmanager
-def write_lock(db_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[None]:
-    """Hold the exclusive lock on ``<db>.lock`` (works across processes and across threads)."""
+def write_lock(
+    db_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S, notify: Callable[[str], None] | None = None
+) -> Iterator[None]:
+    """Hold the exclusive lock on ``<db>.lock`` (across processes, and across threads of one).
+
+    ``notify`` is told once, before waiting, when another process holds it.
+    """
     path = lock_path(db_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        for _ in _sleeps(timeout_s):
-            if _try_lock(fd):
-                break
-        else:
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(
+                file_lock(path, timeout=timeout_s, on_wait=(lambda _: notify(busy_message(db_path))) if notify else None)
+            )
+        except XmcbenchError:  # file_lock's own timeout: say which database and what to do
             raise DatabaseLockTimeout(
                 f"{path}: could not lock the results database within {timeout_s:.0f} s; another "
                 f"xmcbench process is writing to it (or hung while doing so). Wait and retry, or "
                 f"stop the stuck process; the lock is released automatically when it exits"
-            )
-        try:
-            yield
-        finally:
-            _unlock(fd)
-    finally:
-        os.close(fd)
+            ) from None
+        yield
 
 
 def is_lock_conflict(exc: BaseException) -> bool:
-    """DuckDB's error when another process has the file open in a conflicting mode."""
-    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+    """DuckDB's error when another process has the file open in a conflicting mode.
+
+    Matched on DuckDB's own wording: a looser test ("lock" anywhere) also matches damage
+    reports such as "checksum ... in block at location", which must not be retried for minutes.
+    """
+    text = str(exc).lower()
+    return isinstance(exc, duckdb.IOException) and ("conflicting lock" in text or "could not set lock" in text)
 
 
-def retry_on_conflict(action: Callable[[], T], what: str, db_path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> T:
-    """Run ``action`` (which opens the database), retrying while another process holds it."""
+def retry_on_conflict(
+    action: Callable[[], T],
+    what: str,
+    db_path: Path,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    notify: Callable[[str], None] | None = None,
+) -> T:
+    """Run ``action`` (which opens the database), retrying while another process holds it.
+
+    ``notify`` is told once, at the first conflict, that this process is waiting.
+    """
     last: BaseException | None = None
     for _ in _sleeps(timeout_s):
         try:
@@ -121,6 +109,8 @@ def retry_on_conflict(action: Callable[[], T], what: str, db_path: Path, timeout
         except duckdb.Error as exc:
             if not is_lock_conflict(exc):
                 raise
+            if last is None and notify is not None:
+                notify(busy_message(db_path))
             last = exc
     raise DatabaseLockTimeout(
         f"{db_path}: could not {what} within {timeout_s:.0f} s because another process kept the "
