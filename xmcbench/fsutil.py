@@ -53,9 +53,10 @@ def temp_path(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush a file or folder to disk, so a power cut cannot leave a renamed-but-empty file."""
     try:
-        fd = os.open(folder, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:  # some platforms cannot open a folder; the rename is still atomic
         return
     try:
@@ -81,7 +82,7 @@ def atomic_output(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
@@ -111,7 +112,7 @@ def install_dir(tmp: Path, final: Path) -> None:
         old = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.old")
         os.replace(final, old)
     os.replace(tmp, final)
-    _fsync_dir(final.parent)
+    fsync_path(final.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -131,8 +132,12 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
-    """Delete temp files and folders in ``folder`` whose writing process is dead; return them."""
+def remove_stale_temps(folder: str | os.PathLike, *, recursive: bool = False, only_dead: bool = True) -> list[Path]:
+    """Delete temp files and folders in ``folder`` whose writing process is dead; return them.
+
+    ``only_dead=False`` removes every xmcbench temp there, for folders with one writer by design
+    (a run's checkpoints, under the run's lock), where this process's own debris is stale too.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -140,7 +145,7 @@ def remove_stale_temps(folder: str | os.PathLike, *, recursive: bool = False) ->
     entries = folder.rglob(".*.tmp") if recursive else folder.glob(".*.tmp")
     for entry in list(entries):
         match = _TEMP.match(entry.name)
-        if match is None or pid_alive(int(match["pid"])):
+        if match is None or (only_dead and pid_alive(int(match["pid"]))):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)

@@ -128,14 +128,14 @@ def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatc
         trainer.save(tmp_path, 2)
     monkeypatch.undo()
     assert latest_checkpoint(tmp_path) == good
-    assert any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())  # the half-written folder
+    assert any(p.name.endswith(".tmp") for p in tmp_path.iterdir())  # the half-written folder
 
     fresh = Trainer(seed=5)
     assert fresh.load(tmp_path) == 1
     for key, value in fresh.model.state_dict().items():
         assert torch.equal(value, weights[key])
     trainer.save(tmp_path, 2)  # the next save clears the debris
-    assert not any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
 
 
 def test_no_checkpoint_yet_gives_none(tmp_path):

@@ -25,7 +25,6 @@ DDP); every rank reads the same files back and restores its own RNG state.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
@@ -38,6 +37,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.fsutil import atomic_write, fsync_path, install_dir, remove_stale_temps, temp_path
 from xmcbench.train.distributed import all_gather_objects, barrier, get_rank, get_world_size, is_main, unwrap_model
 from xmcbench.train.precision import rng_state, set_rng_state
 
@@ -79,9 +79,8 @@ def save_checkpoint(
     final = directory / checkpoint_name(epoch, step)
     if is_main():
         directory.mkdir(parents=True, exist_ok=True)
-        for stale in directory.glob(".tmp-*"):  # left by a run that crashed while saving
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = directory / f".tmp-{final.name}-{os.getpid()}"
+        remove_stale_temps(directory, only_dead=False)  # left by a save that crashed (one writer per run)
+        tmp = temp_path(final)
         tmp.mkdir()
         save_model(unwrap_model(model), str(tmp / MODEL_FILE), metadata={"epoch": str(epoch), "step": str(step)})
         state = {
@@ -98,9 +97,9 @@ def save_checkpoint(
         meta = {"format": FORMAT_VERSION, "epoch": epoch, "step": step, "world_size": len(per_rank), "time": time.time()}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         for path in tmp.iterdir():
-            _fsync(path)
-        _install(tmp, final)
-        _write_latest(directory, final.name)
+            fsync_path(path)
+        install_dir(tmp, final)
+        atomic_write(directory / LATEST, final.name + "\n")
         _prune(directory, keep, final.name)
     barrier()  # no rank moves on (or exits) before the checkpoint is complete
     return final
@@ -182,26 +181,6 @@ def load_checkpoint(
     }
 
 
-def _install(tmp: Path, final: Path) -> None:
-    """Rename the finished temporary folder into place (replacing a same-named checkpoint)."""
-    old = None
-    if final.exists():
-        old = final.with_name(f".tmp-replaced-{final.name}-{os.getpid()}")
-        os.rename(final, old)
-    os.rename(tmp, final)
-    _fsync(final.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _write_latest(directory: Path, name: str) -> None:
-    tmp = directory / f".tmp-{LATEST}-{os.getpid()}"
-    tmp.write_text(name + "\n")
-    _fsync(tmp)
-    os.replace(tmp, directory / LATEST)
-    _fsync(directory)
-
-
 def _prune(directory: Path, keep: int, newest: str) -> None:
     """Delete all but the ``keep`` newest checkpoints (by step, then epoch); never ``newest``."""
     found = []
@@ -213,15 +192,6 @@ def _prune(directory: Path, keep: int, newest: str) -> None:
     doomed = [path for _, _, path in found[:-keep] if path.name != newest]
     for path in doomed:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file or folder to disk so a power cut cannot leave a renamed-but-empty file."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _encode(value: Any, where: str) -> Any:
