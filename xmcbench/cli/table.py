@@ -42,6 +42,7 @@ def table(
     dataset_version: Annotated[Optional[str], typer.Option(help="Only runs on this dataset version (a prefix is enough); needed when runs span several.")] = None,
     propensity: Annotated[Optional[str], typer.Option(help="Only runs scored with these propensity parameters, as A,B (e.g. 0.6,2.6).")] = None,
     db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    results: Annotated[Optional[str], typer.Option("--results", help="Also show the runs shared in a Hub dataset repo, hf://datasets/ORG/NAME[@REV] (de-duplicated by run id).")] = None,
 ) -> None:
     """Show reproduced runs next to the papers' published numbers, with Δ and the best value per metric.
 
@@ -49,9 +50,8 @@ def table(
     dataset's runs span several, the command lists them and asks for --dataset-version / --propensity.
     """
     from xmcbench.report import build_table, render, to_rich
-    from xmcbench.store import Store
 
-    with Store.open(db) as store:
+    with _open_store(db, results) as store:
         try:
             store.refresh_reference_results()
         except XmcbenchError as exc:  # the runs can still be shown
@@ -70,3 +70,14 @@ def table(
         console.print(to_rich(result))
     else:
         typer.echo(render(result, format), nl=False)
+
+
+def _open_store(db: Path | None, results: str | None):
+    """The local database, or (with --results) a temporary one that adds the shared runs."""
+    from xmcbench.store import Store
+
+    if results is None:
+        return Store.open(db)
+    from xmcbench.hub import fetch_results, merged_store
+
+    return merged_store(db, fetch_results(results))
