@@ -118,7 +118,7 @@ class FakeHub:
         self._thread: threading.Thread | None = None
 
     # -- life ----------------------------------------------------------------------------------
-    def start(self) -> "FakeHub":
+    def start(self) -> FakeHub:
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
         return self
@@ -127,7 +127,7 @@ class FakeHub:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         return self.start()
 
     def __exit__(self, *exc) -> None:

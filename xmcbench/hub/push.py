@@ -43,8 +43,8 @@ class PushResult:
 
 def check_repo_id(repo: str, what: str = "--repo") -> str:
     """``ORG/NAME`` checked with huggingface_hub's own validator, before anything is written."""
-    from huggingface_hub.utils import validate_repo_id
     from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
 
     if not isinstance(repo, str) or repo.count("/") != 1:
         raise XmcbenchError(f"{what} {repo!r} is not a Hub repo name: write it ORG/NAME (e.g. my-org/dexml-amazontitles)")

@@ -22,8 +22,8 @@ from xmcbench import paths
 from xmcbench.encoders.hub_ref import download_checkpoint, hub_endpoint, hub_error_message
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import check_name, to_json
-from xmcbench.hub.push import PushResult, check_repo_id, hub_url, require_token
 from xmcbench.hub.folder import PushFolder
+from xmcbench.hub.push import PushResult, check_repo_id, hub_url, require_token
 from xmcbench.redact import redact_data
 from xmcbench.store import Store, record_rows
 
