@@ -14,13 +14,15 @@ or ``endpoint=``), so files really travel. Shapes follow huggingface_hub 2.x's o
     POST /api/{type}s/{repo}/preupload/{rev}                    upload mode per file (regular / lfs)
     POST /{prefix}{repo}.git/info/lfs/objects/batch             LFS batch: where to PUT each object
     PUT  /lfs-objects/{oid}                                     the LFS object itself (checked by sha256)
+    POST /api/validate-yaml                                     README front matter check (model-index fields)
     POST /api/{type}s/{repo}/commit/{rev}                       NDJSON commit (header, file, lfsFile, deleted*)
     HEAD|GET /{prefix}{repo}/resolve/{rev}/{path}               file download with X-Repo-Commit / ETag
 
 Writes need ``Authorization: Bearer <token>`` with a known token; a wrong token gets 401 on any
 request; private repos are invisible without one. ``fail(kind, status, times)`` makes the next
 requests of one kind ("commit", "lfs-upload", "preupload", "lfs-batch", "create") fail, to test
-interrupted pushes. Everything received is kept in memory; ``requests`` logs each request with
+interrupted pushes. ``GET /api/agent-harnesses`` (a daily telemetry registry the client fetches and
+tolerates failing) is answered 404. Everything received is kept in memory; ``requests`` logs each request with
 its headers so tests can check what the client sent.
 """
 
@@ -89,6 +91,7 @@ class FakeHub:
         self.repos: dict[tuple[str, str], Repo] = {}
         self.lfs: dict[str, bytes] = {}
         self.requests: list[dict] = []
+        self.validated: list[str] = []  # README contents checked by /api/validate-yaml
         self._faults: dict[str, list[int]] = {}
         self._lock = threading.RLock()
         hub = self
@@ -246,6 +249,8 @@ class FakeHub:
                 user = self._user(h, required=True)
                 return 200, {}, {"type": "user", "name": user, "fullname": user, "orgs": [],
                                  "auth": {"type": "access_token", "accessToken": {"displayName": "test", "role": "write"}}}
+            if path == "/api/validate-yaml" and method == "POST":
+                return self._validate_yaml(json.loads(body or b"{}"))
             if path == "/api/repos/create" and method == "POST":
                 self._fault("create")
                 self._user(h, required=True)
@@ -285,6 +290,30 @@ class FakeHub:
                 repo_type = {"datasets/": "dataset", "spaces/": "space"}.get(m.group(1) or "", "model")
                 return self._resolve(h, repo_type, m.group(2), m.group(3), urllib.parse.unquote(m.group(4)))
             raise _HttpError(404, f"no route for {method} {path}")
+
+    def _validate_yaml(self, data: dict):
+        """What the Hub checks in a README's front matter before a commit that adds it."""
+        import yaml
+
+        content = data.get("content", "")
+        m = re.match(r"^---\n(.*?)\n---", content, re.S)
+        errors = []
+        try:
+            meta = yaml.safe_load(m.group(1)) if m else {}
+        except yaml.YAMLError as exc:
+            errors.append({"message": f"invalid YAML: {exc}"})
+            meta = {}
+        for entry in (meta or {}).get("model-index") or []:
+            for res in entry.get("results") or []:
+                if not res.get("task", {}).get("type"):
+                    errors.append({"message": "model-index: task.type is required"})
+                if not (res.get("dataset", {}).get("type") and res.get("dataset", {}).get("name")):
+                    errors.append({"message": "model-index: dataset.type and dataset.name are required"})
+                for metric in res.get("metrics") or []:
+                    if "type" not in metric or "value" not in metric:
+                        errors.append({"message": "model-index: metrics need type and value"})
+        self.validated.append(content)
+        return (400 if errors else 200), {}, {"errors": errors, "warnings": []}
 
     def _api(self, h, method, repo_type, repo_id, rest, query, body):
         if rest.startswith("branch/") and method == "POST":
