@@ -161,7 +161,8 @@ class FakeHub:
         parsed = urllib.parse.urlsplit(h.path)
         path, query = parsed.path, urllib.parse.parse_qs(parsed.query)
         body = _read_body(h) if method in ("POST", "PUT") else b""
-        self.requests.append({"method": method, "path": path, "headers": dict(h.headers.items()), "body": body})
+        self.requests.append({"method": method, "path": path, "body": body,
+                              "headers": {k.lower(): v for k, v in h.headers.items()}})
         try:
             status, headers, payload = self._route(h, method, path, query, body)
         except _HttpError as err:
