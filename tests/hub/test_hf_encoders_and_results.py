@@ -128,3 +128,30 @@ def test_push_results_and_table_with_shared_results(hub, trained, run_copy, tmp_
 
     res = runner.invoke(app, ["table", "--dataset", "synth-hub", "--results", "hf://authors/model-not-dataset"])
     assert res.exit_code == 1 and "dataset repo" in res.output
+
+
+RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes" / "hub").glob("*.yaml"))
+
+
+def test_hub_recipes_name_released_checkpoints():
+    from xmcbench.run import load_recipe
+
+    assert RECIPES
+    for path in RECIPES:
+        recipe = load_recipe(path)
+        assert recipe.encoder.name.startswith("hf://quicktensor/dexml_"), path
+        assert recipe.method.name == "zero_shot" and recipe.encoder.pooling == "cls"
+
+
+def test_a_hub_recipe_runs_against_its_checkpoint(hub, run_copy, hub_tiny_encoder, tmp_path):
+    """The shipped recipe, unchanged but for the dataset, evaluates the repo it names (here a stand-in)."""
+    from xmcbench.run import load_recipe, run_recipe
+
+    path = next(p for p in RECIPES if "131k" in p.name)
+    repo = load_recipe(path).encoder.name.removeprefix("hf://")
+    sha = _publish_encoder(hub, hub_tiny_encoder, repo)
+    recipe = load_recipe(path, ["dataset.name=synth-hub", "encoder.max_length=16", "evaluation.bootstrap=0",
+                                "hardware.devices=cpu"])
+    result = run_recipe(recipe, runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
+    assert result.record["status"] == "finished" and result.record["model"]["encoder"] == f"hf://{repo}"
+    assert any(r["path"].startswith(f"/{repo}/resolve/{sha}/") for r in hub.requests)
