@@ -96,8 +96,11 @@ def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_
         raise XmcbenchError(f"{model_dir}: the label arrays disagree on the number of labels ({sorted(n_labels)})")
     (n,) = n_labels
     tensors["label_ids"] = np.arange(n, dtype=np.int64)
-    save_file(tensors, str(sub / LABEL_FILE), metadata={"dataset": str(record["task"].get("dataset")),
-                                                        "dataset_version": str(record["task"].get("dataset_version"))})
+    # One metadata key: safetensors writes its metadata map in hash order, and a file whose bytes change
+    # between two pushes of the same run would be uploaded (and committed) again.
+    about = json.dumps({"dataset": record["task"].get("dataset"),
+                        "dataset_version": record["task"].get("dataset_version")}, sort_keys=True)
+    save_file(tensors, str(sub / LABEL_FILE), metadata={"xmcbench": about})
     for name in parts["copy"]:
         shutil.copyfile(model_dir / name, sub / name)
 
