@@ -52,7 +52,11 @@ def test_recipe_with_an_hf_encoder_runs_from_the_hub_and_then_offline(hub, run_c
     assert result.record["model"]["encoder"] == "hf://authors/tiny-encoder@main"
     snapshot = paths.home() / "hub" / "models--authors--tiny-encoder" / "snapshots" / sha
     assert (snapshot / "config.json").is_file()  # cached under $XMCBENCH_HOME, at the commit served
-    assert xh.download_checkpoint("hf://authors/tiny-encoder@main").commit == sha  # what a run can record
+    assert xh.download_checkpoint("hf://authors/tiny-encoder@main").commit == sha
+    from xmcbench.encoders.hub_ref import resolved_revision
+
+    assert resolved_revision("hf://authors/tiny-encoder@main") == sha  # what a run should record
+    assert resolved_revision("all-MiniLM-L6-v2", "v1") == "v1"
 
     # same embeddings as the local folder it was published from
     texts = ["red running shoes", "roman history"]

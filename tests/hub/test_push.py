@@ -12,7 +12,6 @@ from conftest import FAKE_TOKEN
 from scipy import sparse
 
 import xmcbench.hub as xh
-from xmcbench.errors import XmcbenchError
 
 METHODS = ["dexml", "unidec", "prime"]
 

@@ -110,3 +110,13 @@ def hub_error_message(exc: BaseException, action: str) -> str:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         hint = f"{type(exc).__name__}: {first}"
     return redact(f"cannot {action}: {hint}")
+
+
+def resolved_revision(name: str | None, revision: str | None = None) -> str | None:
+    """The commit an ``hf://`` encoder resolves to (downloading it if needed); ``revision`` for any other name.
+
+    What a run should record as ``model.encoder_revision``: a branch or tag moves, the commit does not.
+    """
+    if name is None or not is_hub_ref(name):
+        return revision
+    return download_checkpoint(name, revision).commit
