@@ -29,6 +29,7 @@ def test_parse_hub_ref():
         xh.parse_hub_ref("hf://org/name@v1", revision="v2")
 
 
+@pytest.mark.slow
 def test_recipe_with_an_hf_encoder_runs_from_the_hub_and_then_offline(hub, run_copy, trained, hub_tiny_encoder,
                                                                        tmp_path, monkeypatch):
     import huggingface_hub.constants as c
@@ -83,6 +84,7 @@ def test_hf_encoder_errors_are_one_line(hub):
         xh.download_checkpoint("hf://authors/present@nope")
 
 
+@pytest.mark.slow
 def test_a_pushed_model_is_an_hf_encoder(hub, run_copy):
     from xmcbench.encoders import TextEncoder
 
@@ -94,6 +96,7 @@ def test_a_pushed_model_is_an_hf_encoder(hub, run_copy):
     np.testing.assert_allclose(theirs, ours, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_push_results_and_table_with_shared_results(hub, trained, run_copy, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
@@ -147,6 +150,7 @@ def test_hub_recipes_name_released_checkpoints():
         assert recipe.method.name == "zero_shot" and recipe.encoder.pooling == "cls"
 
 
+@pytest.mark.slow
 def test_a_hub_recipe_runs_against_its_checkpoint(hub, run_copy, hub_tiny_encoder, tmp_path):
     """The shipped recipe, unchanged but for the dataset, evaluates the repo it names (here a stand-in)."""
     from xmcbench.run import load_recipe, run_recipe

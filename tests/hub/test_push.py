@@ -13,6 +13,8 @@ from scipy import sparse
 
 import xmcbench.hub as xh
 
+# every test here pushes a trained run (the session fixture trains three tiny models)
+pytestmark = pytest.mark.slow
 METHODS = ["dexml", "unidec", "prime"]
 
 

@@ -12,6 +12,7 @@ import xmcbench.hub as xh
 from xmcbench import paths
 from xmcbench.errors import XmcbenchError
 
+pytestmark = pytest.mark.slow  # every test here starts from a trained run (session fixture)
 WRONG_TOKEN = "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42"
 
 

@@ -29,9 +29,11 @@ def base_model(encoder: str | None) -> str | None:
         return encoder[5:].split("@")[0]
     if encoder.lower() in PACKAGED_BASES:
         return PACKAGED_BASES[encoder.lower()]
-    if encoder.startswith(("/", ".", "~")) or encoder.count("/") != 1:
-        return None
-    return encoder
+    from pathlib import Path
+
+    if encoder.startswith(("/", ".", "~")) or encoder.count("/") > 1 or Path(encoder).exists():
+        return None  # a local folder
+    return encoder  # ORG/NAME, or a legacy id without an org (distilbert-base-uncased)
 
 
 def metric_type(name: str) -> str:
