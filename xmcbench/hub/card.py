@@ -17,6 +17,14 @@ from xmcbench.redact import redact
 TASK_TYPE = "text-classification"
 TASK_NAME = "Extreme multi-label classification"
 PAPER_METHOD = {"dexml": ("dexml", "DEXML"), "unidec": ("unidec", "UniDEC"), "prime": ("prime", "PRIME")}
+ENCODER_NOTE = {
+    "dexml": "The encoder alone, with sentence-transformers (query and label embeddings are the ones xmcbench "
+             "searches with):",
+    "prime": "The encoder alone, with sentence-transformers (the query embeddings xmcbench searches with; "
+             "labels are searched through their prototypes, `xmcbench/label_embeddings.safetensors`):",
+    "unidec": "The shared encoder Φ alone, with sentence-transformers (UniDEC searches with its heads on top of "
+              "it, `xmcbench/heads.safetensors`; use xmcbench.hub.load for predictions):",
+}
 METRIC_TYPES = {"P": "precision", "nDCG": "ndcg", "PSP": "psp", "PSnDCG": "psndcg", "R": "recall"}
 PACKAGED_BASES = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
 
@@ -171,7 +179,7 @@ def _body(record: dict, recipe_text: str, repo_id: str) -> str:
         f"- **Refresh interval:** {_num(acc.get('refresh_interval'))} epochs; **steps:** {_num(acc.get('steps'))}",
         "", "## Recipe (resolved)", "", "```yaml", recipe_text.rstrip(), "```",
         "", "## How to use", "",
-        "The encoder alone, with sentence-transformers (embeddings are the ones xmcbench searches with):", "",
+        ENCODER_NOTE.get(method, ENCODER_NOTE["dexml"]), "",
         "```python", "from sentence_transformers import SentenceTransformer",
         f"model = SentenceTransformer({repo_id!r})", "queries = model.encode([\"a query\"])", "```", "",
         "The whole predictor (encoder, label side, method heads) with xmcbench:", "",
