@@ -101,7 +101,7 @@ def hub_error_message(exc: BaseException, action: str) -> str:
     elif status == 403:
         hint = "the token has no write access to this repo (403): use a token with write permission"
     elif isinstance(exc, (OfflineModeIsEnabled, LocalEntryNotFoundError)) and os.environ.get("HF_HUB_OFFLINE") == "1":
-        hint = "HF_HUB_OFFLINE=1 is set and the checkpoint is not in the cache; unset it to download"
+        hint = "HF_HUB_OFFLINE=1 is set (and nothing usable is cached); unset it to reach the Hub"
     elif isinstance(exc, HfHubHTTPError) and status is not None:
         hint = f"the Hub answered {status}; try again"
     elif isinstance(exc, (ConnectionError, TimeoutError, LocalEntryNotFoundError)) or "connect" in type(exc).__name__.lower():
