@@ -46,7 +46,6 @@ import torch
 from pydantic import Field
 from scipy import sparse
 
-from xmcbench.errors import XmcbenchError
 from xmcbench.methods import dual_encoder as de
 from xmcbench.methods.base import RunContext, TrainTask
 
