@@ -53,3 +53,25 @@ def test_saved_folder_loads_in_sentence_transformers_and_back(tmp_path, projecti
     again = TextEncoder(str(folder), max_length=24)
     np.testing.assert_allclose(again.encode(texts), ours, atol=1e-6)
     assert again.dim == (projection_dim or 384)
+
+
+def test_encode_autocasts_as_the_recipe_says(monkeypatch):
+    """Test queries are encoded in the run's precision (not bf16 whatever the recipe says)."""
+    import contextlib
+
+    import xmcbench.train.precision as precision
+
+    seen = []
+
+    @contextlib.contextmanager
+    def spy(device, prec):
+        seen.append(prec)
+        yield
+
+    monkeypatch.setattr(precision, "autocast", spy)
+    enc = TextEncoder("all-MiniLM-L6-v2", max_length=8)
+    enc.encode(["a", "b"], batch_size=1, device="cpu", precision="fp32")
+    assert seen == ["fp32", "fp32"]
+    seen.clear()
+    enc.encode(["a"], device="cpu")
+    assert seen == ["bf16"]  # the default: bf16 on CUDA, which on CPU means fp32

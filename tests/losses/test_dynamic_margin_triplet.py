@@ -131,8 +131,28 @@ def reference_pool(scores, targets, variant, temperature=None) -> float:
 @pytest.mark.parametrize("temperature", [None, 0.1])
 def test_pool_matches_loop_reference(seed, variant, temperature):
     scores, targets = random_pool(seed)
-    got = dynamic_margin_triplet_pool_loss(scores, targets, variant=variant, negative_temperature=temperature)
+    got = pool_loss(scores, targets, variant=variant, temperature=temperature)
     assert got.item() == pytest.approx(reference_pool(scores, targets, variant, temperature), rel=1e-10, abs=1e-14)
+
+
+def pool_loss(scores, targets, *args, variant="max", temperature=None):
+    """The pool loss with the reference's reduction: uniform mean (None) or softmax over all negatives (tau)."""
+    if temperature is None:
+        return dynamic_margin_triplet_pool_loss(scores, targets, *args, variant=variant, reduction="mean")
+    return dynamic_margin_triplet_pool_loss(scores, targets, *args, variant=variant, negative_temperature=temperature,
+                                            reduction="softmax", top_negatives=None)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("variant", ["max", "paper"])
+def test_pool_sum_is_eq1(seed, variant):
+    """reduction="sum": Σ_i Σ_{j ∈ P_i, k ∈ N_i} l (PRIME Eq. 1), the default."""
+    scores, targets = random_pool(seed)
+    expected = sum(reference_term(float(scores[i, j]), float(scores[i, k]), variant)
+                   for i in range(scores.shape[0]) for j in range(scores.shape[1]) for k in range(scores.shape[1])
+                   if targets[i, j] and not targets[i, k])
+    got = dynamic_margin_triplet_pool_loss(scores, targets, variant=variant)
+    assert got.item() == pytest.approx(expected, rel=1e-10, abs=1e-14)
 
 
 def test_reweighting_one_positive_against_hardest_negatives_like_the_released_code():
@@ -161,7 +181,7 @@ def test_gradcheck_of_the_weighted_pool_away_from_kinks():
     scores.requires_grad_(True)
     for variant in ("max", "paper"):
         assert torch.autograd.gradcheck(
-            lambda s: dynamic_margin_triplet_pool_loss(s, targets, 0.15, 0.35, variant, negative_temperature=0.1),
+            lambda s: pool_loss(s, targets, 0.15, 0.35, variant=variant, temperature=0.1),
             (scores,),
         )
 
@@ -170,7 +190,7 @@ def test_edge_cases_have_no_nan():
     s = torch.rand(3, 5, dtype=torch.float64, requires_grad=True)
     for targets in (torch.zeros(3, 5, dtype=torch.bool), torch.ones(3, 5, dtype=torch.bool)):
         for temperature in (None, 0.1):
-            loss = dynamic_margin_triplet_pool_loss(s, targets, negative_temperature=temperature)
+            loss = pool_loss(s, targets, temperature=temperature)
             loss.backward()
             assert loss.item() == 0.0 and torch.all(s.grad == 0)
             s.grad = None
@@ -178,12 +198,12 @@ def test_edge_cases_have_no_nan():
     targets[1, 0] = False  # every row keeps a real negative, so padding adds no new row
     padded = torch.cat([scores, torch.full((5, 2), float("-inf"), dtype=scores.dtype)], dim=1).requires_grad_(True)
     padded_t = torch.cat([targets, torch.zeros(5, 2, dtype=torch.bool)], dim=1)
-    loss = dynamic_margin_triplet_pool_loss(padded, padded_t, negative_temperature=0.1)
+    loss = pool_loss(padded, padded_t, temperature=0.1)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(padded.grad).all()
     # With re-weighting, padding negatives never violate, so they get no weight: same value as without.
     assert loss.item() == pytest.approx(
-        dynamic_margin_triplet_pool_loss(scores, targets, negative_temperature=0.1).item(), rel=1e-12
+        pool_loss(scores, targets, temperature=0.1).item(), rel=1e-12
     )
 
 

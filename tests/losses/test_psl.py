@@ -11,8 +11,8 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.losses import infonce_loss, psl_bidirectional_loss, psl_loss, unidec_loss
 
 
-def reference_q2l(scores: torch.Tensor, targets: torch.Tensor) -> float:
-    """mean over queries with P_i^B of -(1/|P_i^B|) sum_p log(exp(s_ip) / sum_{l in L_B} exp(s_il))."""
+def reference_q2l(scores: torch.Tensor, targets: torch.Tensor, reduction: str = "sum") -> float:
+    """sum (paper) or mean over queries with P_i^B of -(1/|P_i^B|) sum_p log(exp(s_ip) / sum_{l in L_B} exp(s_il))."""
     rows = []
     for i in range(scores.shape[0]):
         positives = [p for p in range(scores.shape[1]) if targets[i, p]]
@@ -20,11 +20,13 @@ def reference_q2l(scores: torch.Tensor, targets: torch.Tensor) -> float:
             continue
         denom = sum(math.exp(float(v)) for v in scores[i])
         rows.append(-sum(math.log(math.exp(float(scores[i, p])) / denom) for p in positives) / len(positives))
+    if reduction == "sum":
+        return sum(rows)
     return sum(rows) / len(rows) if rows else 0.0
 
 
-def reference_l2q(scores: torch.Tensor, targets: torch.Tensor) -> float:
-    """mean over labels with P_l^B of -(1/|P_l^B|) sum_{q in P_l^B} log(exp(s_ql) / sum_{q' in Q_B} exp(s_q'l))."""
+def reference_l2q(scores: torch.Tensor, targets: torch.Tensor, reduction: str = "sum") -> float:
+    """sum (paper) or mean over labels with P_l^B of -(1/|P_l^B|) sum_{q in P_l^B} log(exp(s_ql) / sum_{q' in Q_B} exp(s_q'l))."""
     cols = []
     for l in range(scores.shape[1]):
         queries = [q for q in range(scores.shape[0]) if targets[q, l]]
@@ -32,6 +34,8 @@ def reference_l2q(scores: torch.Tensor, targets: torch.Tensor) -> float:
             continue
         denom = sum(math.exp(float(scores[q, l])) for q in range(scores.shape[0]))
         cols.append(-sum(math.log(math.exp(float(scores[q, l])) / denom) for q in queries) / len(queries))
+    if reduction == "sum":
+        return sum(cols)
     return sum(cols) / len(cols) if cols else 0.0
 
 
@@ -45,18 +49,22 @@ def random_batch(seed: int, b: int = 6, p: int = 8):
     return scores, targets
 
 
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
 @pytest.mark.parametrize("seed", range(4))
-def test_directions_match_loop_references(seed):
+def test_directions_match_loop_references(seed, reduction):
     scores, targets = random_batch(seed)
-    assert psl_loss(scores, targets).item() == pytest.approx(reference_q2l(scores, targets), rel=1e-10)
-    assert psl_loss(scores.T, targets.T).item() == pytest.approx(reference_l2q(scores, targets), rel=1e-10)
+    assert psl_loss(scores, targets, reduction).item() == pytest.approx(
+        reference_q2l(scores, targets, reduction), rel=1e-10)
+    assert psl_loss(scores.T, targets.T, reduction).item() == pytest.approx(
+        reference_l2q(scores, targets, reduction), rel=1e-10)
 
 
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
 @pytest.mark.parametrize("lam", [0.0, 0.3, 0.5, 1.0])
-def test_bidirectional_weights(lam):
+def test_bidirectional_weights(lam, reduction):
     scores, targets = random_batch(4)
-    expected = lam * reference_q2l(scores, targets) + (1 - lam) * reference_l2q(scores, targets)
-    assert psl_bidirectional_loss(scores, targets, lam).item() == pytest.approx(expected, rel=1e-10)
+    expected = lam * reference_q2l(scores, targets, reduction) + (1 - lam) * reference_l2q(scores, targets, reduction)
+    assert psl_bidirectional_loss(scores, targets, lam, reduction).item() == pytest.approx(expected, rel=1e-10)
 
 
 def test_unidec_combines_heads_with_the_paper_weights():
@@ -75,7 +83,8 @@ def test_unidec_combines_heads_with_the_paper_weights():
 
 def test_psl_is_pal_n_infonce():
     scores, targets = random_batch(6)
-    assert psl_loss(scores, targets).item() == pytest.approx(infonce_loss(scores, targets).item(), rel=1e-12)
+    # infonce averages over rows: PSL's "mean" reduction is PAL-N InfoNCE on the pool.
+    assert psl_loss(scores, targets, "mean").item() == pytest.approx(infonce_loss(scores, targets).item(), rel=1e-12)
 
 
 def test_gradcheck():

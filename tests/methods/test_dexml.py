@@ -15,7 +15,8 @@ def run(recipe, tmp_path, **kw):
 @pytest.mark.parametrize("regime", ["hard_negatives", "all_negatives"])
 def test_dexml_trains_and_records_pool_accounting(tiny_recipe, tmp_path, regime):
     recipe = tiny_recipe(f"{{name: dexml, regime: {regime}, hard_negatives: 2, shortlist_k: 10, refresh_every: 1, "
-                         f"cluster_start_epoch: 1, cluster_size: 8, gradcache_chunk: 16, temperature: 0.1}}")
+                         f"hard_negative_start_epoch: 0, cluster_start_epoch: 1, cluster_size: 8, gradcache_chunk: 16, "
+                         f"temperature: 0.1}}")
     result = run(recipe, tmp_path)
     acc = result.record["accounting"]
     assert result.record["status"] == "finished"
@@ -25,13 +26,15 @@ def test_dexml_trains_and_records_pool_accounting(tiny_recipe, tmp_path, regime)
     else:
         assert 32 <= acc["pool_size_mean"] <= 32 * 3 and acc["hard_negatives_per_query"] == 2.0
     assert result.record["model"]["params_trainable"] > 0
+    assert acc["grad_clip"] is None and acc["grad_norm_preclip_mean"] > 0  # no clipping; the norm is recorded
     assert (result.run_dir / "checkpoints" / "train" / "latest").exists()
 
 
 def test_dexml_beats_its_starting_point(tiny_recipe, tmp_path):
     """Training must move the model: a trained tiny encoder beats the same encoder untrained."""
     untrained = run(tiny_recipe("{name: dexml, regime: hard_negatives}", epochs=0), tmp_path / "a")
-    trained = run(tiny_recipe("{name: dexml, regime: hard_negatives, refresh_every: 1, temperature: 0.1}",
+    trained = run(tiny_recipe("{name: dexml, regime: hard_negatives, refresh_every: 1, hard_negative_start_epoch: 0, "
+                              "temperature: 0.1}",
                               epochs=6), tmp_path / "b")
     assert trained.scores["P@1"] > untrained.scores["P@1"] + 10
 
@@ -70,7 +73,8 @@ def test_all_negatives_step_equals_plain_decoupled_softmax(tiny_recipe, tmp_path
 
 
 def test_interrupted_training_resumes_from_the_epoch_checkpoint(tiny_recipe, tmp_path, interrupt_then_resume):
-    recipe = tiny_recipe("{name: dexml, regime: hard_negatives, refresh_every: 1}", epochs=3)
+    recipe = tiny_recipe("{name: dexml, regime: hard_negatives, refresh_every: 1, hard_negative_start_epoch: 1}",
+                         epochs=3)
     result, _, steps = interrupt_then_resume(DexmlMethod, "_hard_negative_step", recipe, tmp_path)
     assert steps == 2 * 10  # only epochs 2 and 3 ran again
     assert result.record["accounting"]["steps"] == 3 * 10  # accounting covers the whole training
@@ -85,3 +89,67 @@ def test_validation_split_never_touches_test(tiny_recipe, tmp_path):
     recipe = recipe_from_dict(data)
     result = run(recipe, tmp_path)
     assert result.record["accounting"]["validation_p1"] is not None
+
+
+def _method_state(recipe, tmp_path):
+    from xmcbench.methods import dual_encoder as de
+    from xmcbench.methods.base import RunContext
+    from xmcbench.run.phases import build_train_task, ensure_dataset
+
+    ds = ensure_dataset(recipe, progress=False)
+    task = build_train_task(recipe, ds, np.ones(ds.n_labels))
+    method = DexmlMethod(recipe.method_config(), recipe)
+    method.encoder = de.build_encoder(recipe)
+    tokens = de.tokenise(method.encoder, task, recipe, progress=False)
+    return method, task, tokens, RunContext(run_dir=tmp_path, progress=False), de.labelled_rows(task.train_labels)
+
+
+def test_one_positive_counts_exactly_the_positive_placed_in_the_pool(tiny_recipe, tmp_path, monkeypatch):
+    """Hard-negative regime: every row has exactly one counted positive, and it is a pool column."""
+    recipe = tiny_recipe("{name: dexml, regime: hard_negatives, one_positive: true, hard_negatives: 2, "
+                         "shortlist_k: 10, hard_negative_start_epoch: 0}")
+    method, task, tokens, ctx, rows = _method_state(recipe, tmp_path)
+    labels = task.train_labels
+    assert np.diff(labels[rows].indptr).max() > 1  # several positives per query: the draw matters
+    shortlist = np.random.default_rng(0).integers(0, task.n_labels, size=(rows.size, 10))
+    seen = {}
+    real = DexmlMethod._scores_loss
+
+    def spy(self, scores, targets, counted):
+        seen.update(targets=targets, counted=counted)
+        return real(self, scores, targets, counted)
+
+    monkeypatch.setattr(DexmlMethod, "_scores_loss", spy)
+    for step in range(3):
+        batch = np.arange(32 * step, 32 * (step + 1))
+        _, pool = method._hard_negative_step(rows[batch], batch, labels, shortlist, tokens, ctx, epoch=0, step=step,
+                                             world=1, rank=0)
+        counted, targets = seen["counted"], seen["targets"]
+        assert counted.shape == targets.shape == (32, pool.size)
+        assert counted.sum(dim=1).tolist() == [1] * 32  # one counted positive per row, in the pool
+        assert not (counted & ~targets).any()  # and it is a positive of that row
+        # it is the positive sampled into the pool for that row
+        cols = counted.int().argmax(dim=1).numpy()
+        assert (cols == pool.positive_slots[:, 0]).all()
+
+
+def test_hard_negatives_start_at_the_configured_epoch(tiny_recipe, tmp_path):
+    """Before hard_negative_start_epoch the pool holds only the batch's positives (in-batch negatives)."""
+    recipe = tiny_recipe("{name: dexml, regime: hard_negatives, hard_negatives: 2, shortlist_k: 10, "
+                         "hard_negative_start_epoch: 5}")
+    method, task, tokens, ctx, rows = _method_state(recipe, tmp_path)
+    shortlist = np.random.default_rng(0).integers(0, task.n_labels, size=(rows.size, 10))
+    batch = np.arange(32)
+    _, early = method._hard_negative_step(rows[batch], batch, task.train_labels, shortlist, tokens, ctx, epoch=4,
+                                          step=0, world=1, rank=0)
+    _, late = method._hard_negative_step(rows[batch], batch, task.train_labels, shortlist, tokens, ctx, epoch=5,
+                                         step=0, world=1, rank=0)
+    assert early.hard_negatives.sum() == 0 and late.hard_negatives.tolist() == [2] * 32
+
+
+def test_soft_top_k_released_variant_trains(tiny_recipe, tmp_path):
+    recipe = tiny_recipe("{name: dexml, regime: all_negatives, loss: soft_top_k, soft_top_k: 5, "
+                         "soft_top_k_variant: released, gradcache_chunk: 16, batching: random}", epochs=1)
+    result = run(recipe, tmp_path)
+    assert result.record["status"] == "finished"
+    assert result.record["accounting"]["soft_top_k_variant"] == "released"

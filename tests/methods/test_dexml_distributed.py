@@ -17,12 +17,15 @@ from xmcbench.run import load_record, run_recipe
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("regime", ["all_negatives", "hard_negatives"])
-def test_two_process_run_matches_one_process(tiny_recipe, tmp_path, regime):
+@pytest.mark.parametrize("regime,loss", [("all_negatives", "decoupled_softmax"), ("hard_negatives", "decoupled_softmax"),
+                                         ("all_negatives", "soft_top_k"), ("hard_negatives", "soft_top_k")])
+def test_two_process_run_matches_one_process(tiny_recipe, tmp_path, regime, loss):
     # 300 queries in batches of 30: no ragged last batch, which several ranks would drop.
-    recipe = tiny_recipe(f"{{name: dexml, regime: {regime}, dropout: 0.0, gradcache_chunk: 16, temperature: 0.1, "
-                         "batching: random, one_positive: true, hard_negatives: 2, shortlist_k: 10}", epochs=1,
-                         batch_size=30)
+    # SoftTop-k runs the released variant (≤ k sampled positives, divided by the number sampled).
+    recipe = tiny_recipe(f"{{name: dexml, regime: {regime}, loss: {loss}, dropout: 0.0, gradcache_chunk: 16, "
+                         "temperature: 0.1, batching: random, one_positive: true, hard_negatives: 2, shortlist_k: 10, "
+                         "hard_negative_start_epoch: 0, soft_top_k_variant: released, positives_per_query: 2}",
+                         epochs=1, batch_size=30)
     path = sorted(tmp_path.glob("recipe-*.yaml"))[-1]
     single = run_recipe(recipe, runs_dir=tmp_path / "one", db=tmp_path / "one.duckdb", progress=False)
 

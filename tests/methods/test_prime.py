@@ -201,12 +201,13 @@ def test_free_vector_bank_is_shared_along_label_clusters(tiny_recipe, tmp_path):
 
 
 def _hand_triplets(scores, targets, variant):
-    """Per anchor: mean of dynamic_margin_triplet_loss over its (positive, negative) pairs; mean over anchors."""
+    """Eq. 1: the sum over anchors of the sum over their (positive, negative) pairs of the triplet loss."""
     per_anchor = []
     for s, t in zip(scores, targets):
         if t.any() and (~t).any():
-            per_anchor.append(dynamic_margin_triplet_loss(s[t][:, None], s[~t][None, :], 0.1, 0.3, variant))
-    return torch.stack(per_anchor).mean()
+            n_pairs = int(t.sum()) * int((~t).sum())  # dynamic_margin_triplet_loss averages the pairs given
+            per_anchor.append(dynamic_margin_triplet_loss(s[t][:, None], s[~t][None, :], 0.1, 0.3, variant) * n_pairs)
+    return torch.stack(per_anchor).sum()
 
 
 def _hand_regularizer(s, b, t, margin, variant):
@@ -244,9 +245,9 @@ def test_batch_loss_equals_hand_computation_of_eq5(tiny_recipe, tmp_path, varian
         "regularizer": _hand_regularizer(s, b, t, 0.1, regularizer),
     }
     for name, value in expected.items():
-        assert terms[name].item() == pytest.approx(value.item(), abs=1e-5), name
+        assert terms[name].item() == pytest.approx(value.item(), abs=1e-5, rel=1e-5), name
     total = sum(expected[k] for k in ("query_prototype", "query_label", "label_query")) + 0.1 * expected["regularizer"]
-    assert loss.item() == pytest.approx(total.item(), abs=1e-5)
+    assert loss.item() == pytest.approx(total.item(), abs=1e-5, rel=1e-5)
     assert expected["regularizer"].item() > 0 and t.sum() > len(batch_rows)  # a real mix of pairs was tested
 
 

@@ -58,8 +58,8 @@ def setup_method_state(recipe, tmp_path):
     return method, task, tokens, RunContext(run_dir=tmp_path, progress=False)
 
 
-def log_softmax_mean(scores: np.ndarray, targets: np.ndarray) -> float:
-    """The paper's PSL direction written with loops: mean over rows with positives of
+def log_softmax_sum(scores: np.ndarray, targets: np.ndarray) -> float:
+    """The paper's PSL direction written with loops: sum over rows with positives of
     -(1/|P_i|) Σ_p log(e^{s_ip} / Σ_l e^{s_il})."""
     terms = []
     for i in range(scores.shape[0]):
@@ -68,11 +68,12 @@ def log_softmax_mean(scores: np.ndarray, targets: np.ndarray) -> float:
             continue
         denom = sum(math.exp(v) for v in scores[i])
         terms.append(-sum(math.log(math.exp(scores[i, p]) / denom) for p in positives) / positives.size)
-    return sum(terms) / len(terms)
+    return sum(terms)
 
 
 def test_config_defaults_follow_the_paper():
     c = UnidecConfig()
+    assert (c.batching, c.psl_reduction, c.max_pool_size) == ("one_cluster_per_batch", "sum", None)
     assert (c.lambda_de, c.lambda_de_q2l, c.lambda_clf_q2l) == (0.5, 0.5, 0.5)
     assert (c.head_lr, c.classifier_lr, c.refresh_every, c.head_dropout) == (2e-4, 1e-3, 5, 0.1)
     assert c.shortlist_size == c.hard_negatives * c.refresh_every  # |H| = η·τ
@@ -88,12 +89,17 @@ def test_trains_end_to_end_and_records_accounting(trained):
     rec = result.record
     acc = rec["accounting"]
     assert rec["status"] == "finished"
-    assert acc["batch_size"] == 32 and acc["steps"] == 2 * 10  # 300 labelled queries / 32 -> 10 steps
+    # one cluster = one batch: 300 labelled queries / 32 -> 9.4 -> 16 clusters (a power of two) of ~19
+    assert acc["batch_size"] == 32 and acc["steps"] == 2 * 16
+    assert acc["batching"] == "one_cluster_per_batch" and acc["batches_per_epoch"] == 16
+    assert acc["pool_size_uncapped_mean"] == acc["pool_size_mean"]  # no max_pool_size
+    assert acc["psl_reduction"] == "sum" and acc["grad_clip"] is None and acc["grad_norm_preclip_mean"] > 0
+    assert acc["not_reported"]["temperature"] == 0.1
     assert acc["refresh_interval"] == 1 and acc["shortlist_size"] == 2
     assert acc["hard_negatives_per_query"] == 2.0  # the shortlist always yields η negatives here
     # P_i^B holds the sampled positives and any other positive of i that the pool holds
     assert acc["positives_per_query"] >= acc["sampled_positives_per_query"] >= 1.0
-    assert 32 <= acc["pool_size_mean"] <= 60 and acc["pool_size_max"] <= 60
+    assert 19 <= acc["pool_size_mean"] <= 60 and acc["pool_size_max"] <= 60
     assert acc["inference"] == "concat"
     # encoder + two heads + Ψ (60 labels x 16)
     assert rec["model"]["params_trainable"] > 60 * 16 + 2 * (32 * 16 + 16)
@@ -135,8 +141,8 @@ def test_method_loss_equals_unidec_loss_by_hand(tiny_recipe, tmp_path):
         s_clf = (q_clf @ psi.T).double().numpy() / 0.2
     targets = labels[rows][:, pool.labels].toarray() > 0  # P_i ∩ L_B
     assert targets.any(axis=1).all()
-    l_d = 0.6 * log_softmax_mean(s_de, targets) + 0.4 * log_softmax_mean(s_de.T, targets.T)
-    l_c = 0.4 * log_softmax_mean(s_clf, targets) + 0.6 * log_softmax_mean(s_clf.T, targets.T)
+    l_d = 0.6 * log_softmax_sum(s_de, targets) + 0.4 * log_softmax_sum(s_de.T, targets.T)
+    l_c = 0.4 * log_softmax_sum(s_clf, targets) + 0.6 * log_softmax_sum(s_clf.T, targets.T)
     assert got == pytest.approx(0.3 * l_d + 0.7 * l_c, rel=1e-4)
 
 
@@ -211,9 +217,9 @@ def test_interrupted_training_resumes_onto_the_same_trajectory(trained, tiny_enc
     reference_recipe, reference = trained
     recipe = write_recipe(tmp_path, tiny_encoder_dir, FAST, epochs=2)
     assert recipe.hash() == reference_recipe.hash()
-    result, run_dir, steps = interrupt_then_resume(UnidecMethod, "train_step", recipe, tmp_path)
-    assert steps == 10  # only epoch 2 ran again
-    assert result.record["accounting"]["steps"] == 2 * 10  # pool accounting survives the resume
+    result, run_dir, steps = interrupt_then_resume(UnidecMethod, "train_step", recipe, tmp_path, at=20)
+    assert steps == 16  # only epoch 2 ran again
+    assert result.record["accounting"]["steps"] == 2 * 16  # pool accounting survives the resume
     for name in ("label_de.npy", "label_clf.npy"):
         np.testing.assert_allclose(np.load(run_dir / "checkpoints" / "model" / name),
                                    np.load(reference.run_dir / "checkpoints" / "model" / name), atol=1e-5)
@@ -227,7 +233,7 @@ def test_validation_split_selects_the_model_on_training_rows(tiny_recipe, tmp_pa
     result = run(recipe, tmp_path)
     acc = result.record["accounting"]
     assert 0.0 <= acc["validation_p1"] <= 100.0
-    assert acc["steps"] == 8  # 240 of the 300 labelled queries train: ceil(240 / 32)
+    assert acc["steps"] == 8  # 240 of the 300 labelled queries train: 240 / 32 -> 7.5 -> 8 clusters
     assert (result.run_dir / "checkpoints" / "best.safetensors").exists()
 
 
@@ -240,3 +246,17 @@ def test_refuses_several_processes(tiny_recipe, tmp_path, monkeypatch):
     monkeypatch.setattr(train, "get_world_size", lambda: 2)
     with pytest.raises(XmcbenchError, match="one process"):
         UnidecMethod(recipe.method_config(), recipe).fit(task, RunContext(run_dir=tmp_path, progress=False))
+
+
+def test_pool_cap_keeps_positives_and_reports_the_uncapped_size(tiny_recipe, tmp_path):
+    """max_pool_size (Table 2's |L_B|): sampled positives stay, negatives are dropped to fit."""
+    recipe = tiny_recipe("{name: unidec, dim: 16, positives_per_query: 2, hard_negatives: 5, max_pool_size: 20}")
+    method, task, tokens, ctx = setup_method_state(recipe, tmp_path)
+    labels = task.train_labels
+    rows = de.labelled_rows(labels)[:16]
+    shortlist = np.random.default_rng(2).integers(0, task.n_labels, size=(rows.size, 10))
+    pool = method.sample_pool(labels, rows, shortlist, epoch=0, step=0)
+    assert pool.size <= 20 and method._uncapped_pool_sum > 20
+    sampled = pool.labels[pool.positive_slots[pool.positive_slots >= 0]]
+    assert (pool.positive_slots >= 0).sum() == (pool.sampled_positives).sum()  # no positive was dropped
+    assert np.isin(sampled, pool.labels).all()

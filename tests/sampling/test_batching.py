@@ -146,14 +146,64 @@ def test_ngame_schedule():
     schedule = ClusterSchedule(cluster_size=8)
     assert schedule(0) == ClusterStep(recluster=False, cluster_size=None)
     assert schedule(9) == ClusterStep(recluster=False, cluster_size=None)
-    assert schedule(10) == ClusterStep(recluster=True, cluster_size=16)  # first clustering, first halving
+    # The first clusters have the configured size: growth at the start epoch does not double it.
+    assert schedule(10) == ClusterStep(recluster=True, cluster_size=8)
     assert [schedule(e).recluster for e in range(11, 15)] == [False] * 4
-    assert schedule(15) == ClusterStep(recluster=True, cluster_size=16)
-    assert schedule(20) == ClusterStep(recluster=True, cluster_size=32)
-    assert schedule(24) == ClusterStep(recluster=False, cluster_size=32)
-    assert schedule(25) == ClusterStep(recluster=True, cluster_size=64)
-    assert schedule(199).cluster_size == 8 * 2**8
-    assert schedule(300).cluster_size == 8 * 2**9
+    assert schedule(15) == ClusterStep(recluster=True, cluster_size=8)
+    assert schedule(20) == ClusterStep(recluster=True, cluster_size=16)
+    assert schedule(24) == ClusterStep(recluster=False, cluster_size=16)
+    assert schedule(25) == ClusterStep(recluster=True, cluster_size=32)
+    assert schedule(199).cluster_size == 8 * 2**7
+    assert schedule(300).cluster_size == 8 * 2**8
+
+
+def test_prime_released_cluster_size_starts_at_four():
+    """PRIME's released config: sampling_init_cluster_size 4 from epoch 10 means 4, not 8."""
+    schedule = ClusterSchedule(cluster_size=4, start_epoch=10, every=5)
+    assert schedule(10).cluster_size == 4
+    assert schedule(20).cluster_size == 8
+
+
+def test_one_cluster_per_batch_yields_whole_clusters():
+    """UniDEC: each batch is exactly one cluster, all of them once per epoch, resumable."""
+    from xmcbench.sampling import balanced_kmeans, n_clusters_for_size
+
+    n, batch = 1000, 60
+    emb = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
+    sampler = ClusterBatchSampler(n, batch, seed=3, one_batch_per_cluster=True)
+    assert len(sampler) == n_clusters_for_size(n, batch) == 32  # 1000 / 60 -> 16.7 -> 32 clusters
+    before = list(sampler)  # random order, cut into 32 near-equal batches
+    assert len(before) == 32 and sum(b.size for b in before) == n
+    clusters = balanced_kmeans(emb, cluster_size=batch, seed=0, device="cpu")
+    sampler.set_epoch(1)
+    sampler.set_clusters(clusters)
+    batches = list(sampler)
+    as_sets = sorted(tuple(sorted(b.tolist())) for b in batches)
+    assert as_sets == sorted(tuple(sorted(c.tolist())) for c in clusters)
+    # resume after 5 batches of epoch 2
+    sampler.set_epoch(2)
+    it = iter(sampler)
+    first = [next(it) for _ in range(5)]
+    state = sampler.state_dict()
+    fresh = ClusterBatchSampler(n, batch, seed=3, one_batch_per_cluster=True)
+    fresh.load_state_dict(state)
+    rest = list(fresh)
+    full = ClusterBatchSampler(n, batch, seed=3, one_batch_per_cluster=True)
+    full.load_state_dict({**state, "consumed": 0})
+    assert [b.tolist() for b in first + rest] == [b.tolist() for b in full]
+    with pytest.raises(XmcbenchError, match="clusters"):
+        ClusterBatchSampler(n, batch, one_batch_per_cluster=True).set_clusters(clusters[:4] + [np.concatenate(clusters[4:])])
+
+
+def test_unidec_batching_schedule_clusters_from_epoch_zero():
+    from xmcbench.methods.unidec import UnidecConfig
+    from xmcbench.methods.dual_encoder import make_sampler
+
+    sampler, schedule = make_sampler(UnidecConfig(), 294_805, 576, seed=0)
+    assert len(sampler) == 512  # Table 2: |Q_B| = 576 = 294,805 / 512
+    assert schedule(0).cluster_size == 576 and schedule(0).recluster
+    assert [schedule(e).recluster for e in range(1, 6)] == [False, False, False, False, True]  # every τ = 5
+    assert schedule(149).cluster_size == 576  # never grows
 
 
 def test_schedule_options():

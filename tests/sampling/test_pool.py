@@ -101,3 +101,22 @@ def test_accounting_summary():
     restored = PoolAccounting()
     restored.load_state_dict(acc.state_dict())
     assert restored.summary() == s
+
+
+def test_cap_pool_negatives_keeps_every_positive_and_reports_the_uncapped_size():
+    from xmcbench.sampling import cap_pool_negatives
+
+    positives = np.array([[0, 1], [1, -1], [2, 3]])
+    negatives = np.array([[4, 5, 6], [5, 7, 0], [8, 9, 4]])  # 0 is also a positive (of another query)
+    rng = np.random.default_rng(0)
+    capped, uncapped = cap_pool_negatives(positives, negatives, 7, rng)
+    assert uncapped == 10  # {0, 1, 2, 3} ∪ {4, 5, 6, 7, 8, 9}
+    kept = set(positives[positives >= 0].tolist()) | set(capped[capped >= 0].tolist())
+    assert len(kept) == 7 and {0, 1, 2, 3} <= kept
+    assert capped[1, 2] == 0  # a negative that is some query's positive stays (it is in the pool anyway)
+    # a dropped label is dropped everywhere it was drawn
+    assert all((capped[negatives == label] == -1).all() for label in range(4, 10) if label not in kept)
+    same, n = cap_pool_negatives(positives, negatives, None, rng)
+    assert n == 10 and (same == negatives).all()
+    tiny, _ = cap_pool_negatives(positives, negatives, 3, rng)  # below the positives: no negative-only label left
+    assert set(tiny[tiny >= 0].tolist()) <= {0, 1, 2, 3}

@@ -91,3 +91,18 @@ def test_bad_inputs_are_errors():
         sample_positives(labels, np.arange(2), 1, rng, weights=np.ones(3))
     with pytest.raises(XmcbenchError, match="finite"):
         sample_positives(labels, np.arange(2), 1, rng, weights=-np.ones(10))
+
+
+def test_with_replacement_draws_follow_the_per_draw_probabilities():
+    """PRIME App. J: p_il = γ_l / Σ_{j ∈ P_i} γ_j for every draw, independently."""
+    labels = sparse.csr_matrix(np.array([[1, 1, 0, 0], [0, 0, 0, 0], [0, 1, 1, 1]], dtype=np.float32))
+    weights = np.array([1.0, 3.0, 0.0, 1.0])
+    out = sample_positives(labels, np.array([0, 1, 2]), 20000, np.random.default_rng(0), weights=weights, replace=True)
+    assert (out[1] == -1).all() and (out[[0, 2]] >= 0).all()  # β columns always filled for a query with positives
+    np.testing.assert_allclose(np.bincount(out[0], minlength=4) / 20000, [0.25, 0.75, 0, 0], atol=0.02)
+    np.testing.assert_allclose(np.bincount(out[2], minlength=4) / 20000, [0, 0.75, 0, 0.25], atol=0.02)
+    # duplicates happen (independent draws), unlike the default successive sampling
+    two = sample_positives(labels, np.array([0] * 200), 2, np.random.default_rng(1), weights=weights, replace=True)
+    assert (two[:, 0] == two[:, 1]).any()
+    distinct = sample_positives(labels, np.array([0] * 200), 2, np.random.default_rng(1), weights=weights)
+    assert (distinct[:, 0] != distinct[:, 1]).all()

@@ -135,8 +135,14 @@ class TextEncoder(nn.Module):
         max_length: int | None = None,
         progress: bool = False,
         description: str = "encode",
+        precision: str = "bf16",
     ) -> np.ndarray:
-        """Embed ``texts`` -> (N, d) float32, batching by length so padding is small."""
+        """Embed ``texts`` -> (N, d) float32, batching by length so padding is small.
+
+        ``precision``: "bf16" autocasts on CUDA (CPU stays fp32), "fp32" never autocasts; pass
+        the run's precision so test queries are encoded as the recipe says.
+        """
+        from xmcbench.train.precision import autocast
         texts = list(texts)  # also accepts memory-mapped TextColumns
         device = torch.device(device) if device is not None else next(self.parameters()).device
         was_training = self.training
@@ -151,7 +157,7 @@ class TextEncoder(nn.Module):
                 idx = order[start : start + batch_size]
                 batch = self.tokenize([texts[i] for i in idx], max_length)
                 batch = {k: v.to(device) for k, v in batch.items()}
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                with autocast(device, precision):
                     emb = self(batch["input_ids"], batch["attention_mask"])  # (b, d)
                 out[idx] = emb.float().cpu().numpy()
                 advance(len(idx))

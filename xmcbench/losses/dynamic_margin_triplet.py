@@ -26,12 +26,23 @@ are offered:
   inverted gradient of Eq. 14). It is discontinuous at gap = gamma_min (it drops from
   2 gamma_min to 0); at gap = 0 both variants equal gamma_min.
 
-Negative re-weighting (released code, not in the paper). The released
-``TripletMarginLossOHNM`` multiplies each violating triplet by softmax_n(s_n / tau) over the
-row's violating negatives (non-violating ones are masked out of the softmax), tau = 0.1, then
-sums over negatives and averages over rows; the weights are *not* detached. Pass
-``negative_temperature=0.1`` to get this; the weights then replace the uniform 1/N average
-over negatives (they sum to 1 over each anchor's violating negatives).
+Reduction over triplets (``reduction`` of the pool form). PRIME's Eq. 1, which Eq. 3/13 and
+Eq. 5 inherit, *sums* over the batch's queries and over each query's (positive, negative)
+pairs:
+
+    L_T = Σ_{i=1}^{B} Σ_{j ∈ P_i, k ∈ N_i} l(s_ij, s_ik)                        (Eq. 1)
+
+- ``reduction="sum"`` (default, the paper): that sum. A non-violating triplet adds exactly 0,
+  so adding easy negatives to a pool leaves the loss unchanged.
+- ``reduction="softmax"`` (the released ``TripletMarginLossOHNM``): per anchor and positive,
+  keep the ``top_negatives`` (100) hardest negatives by s_n, weight each *violating* one by
+  softmax_n(s_n / tau) over the violating ones (tau = ``negative_temperature`` = 0.1; the
+  weights are not detached), sum over negatives, then average over the anchor's positives and
+  over anchors.
+- ``reduction="mean"`` (xmcbench's earlier choice, in neither): per row the uniform mean over
+  all its pairs, non-violating ones included, then the mean over rows. It divides the triplet
+  gradient by the number of pool negatives (~6.4K on LF-AmazonTitles-1.3M), which shrinks the
+  triplet terms against the regulariser λR as training makes most pairs easy.
 
 Two forms:
 - ``dynamic_margin_triplet_loss(s_pos, s_neg, ...)``: explicit triplets of any broadcastable
@@ -39,8 +50,7 @@ Two forms:
   dimension (the negatives), e.g. s_pos (B, 1) against s_neg (B, N) as in the released code
   (one sampled positive, the top-N hardest negatives).
 - ``dynamic_margin_triplet_pool_loss(scores, targets, ...)``: every (positive, negative) pair of
-  each row of a (B, P) pool; per row the mean over its pairs (or, with re-weighting, the mean
-  over its positives of the weighted sum over negatives), then the mean over rows.
+  each row of a (B, P) pool, reduced as ``reduction`` says.
 
 PRIME's full objective (Eq. 5) is L(h_q, z_l) + L(h_q, h_l) + L(h_l, h_q) + lambda R: this loss
 on query-to-prototype, query-to-label and (transposed) label-to-query similarities, plus the
@@ -66,6 +76,7 @@ __all__ = ["dynamic_margin_triplet_loss", "dynamic_margin_triplet_pool_loss", "d
 GAMMA_MIN = 0.1  # PRIME Table 10
 GAMMA_MAX = 0.3  # PRIME Table 10
 VARIANTS = ("max", "paper")
+REDUCTIONS = ("sum", "softmax", "mean")
 
 
 def _check(gamma_min: float, gamma_max: float, variant: str, negative_temperature: float | None) -> None:
@@ -151,7 +162,9 @@ def dynamic_margin_triplet_pool_loss(
     gamma_min: float = GAMMA_MIN,
     gamma_max: float = GAMMA_MAX,
     variant: str = "max",
-    negative_temperature: float | None = None,
+    negative_temperature: float | None = 0.1,
+    reduction: str = "sum",
+    top_negatives: int | None = 100,
 ) -> torch.Tensor:
     """Dynamic-margin triplet loss over every (positive, negative) pair of each row of a pool.
 
@@ -160,14 +173,26 @@ def dynamic_margin_triplet_pool_loss(
             term of Eq. 5 pass the transposed matrices.
         targets: (B, P) bool positives; every other column is a negative of the row (a -inf
             score marks a padding column, which is never violating).
-        gamma_min, gamma_max, variant, negative_temperature: as in ``dynamic_margin_triplet_loss``.
+        gamma_min, gamma_max, variant: as in ``dynamic_margin_triplet_loss``.
+        negative_temperature: tau of the "softmax" reduction (released code: 0.1).
+        reduction: "sum" (Eq. 1, default), "softmax" (released code) or "mean" (see the
+            module docstring).
+        top_negatives: "softmax" only: the hardest negatives kept per row (released code: 100;
+            None keeps all).
 
     Returns:
-        Scalar: per row the mean over its (positive, negative) pairs — or, with re-weighting,
-        the mean over its positives of the softmax-weighted sum over its negatives — then the
-        mean over the rows with at least one pair. Memory O(B * K * P), K = max positives/row.
+        Scalar: "sum": the sum over all (row, positive, negative) triplets; "softmax": per row
+        the mean over its positives of the weighted sum over its kept negatives, then the mean
+        over rows with a pair; "mean": per row the mean over its pairs, then the mean over rows
+        with a pair. Memory O(B * K * P), K = max positives/row.
     """
     check_scores_targets(scores, targets, "dynamic_margin_triplet_pool_loss")
+    if reduction not in REDUCTIONS:
+        raise LossInputError(f"unknown triplet reduction {reduction!r}; choose one of {', '.join(REDUCTIONS)}")
+    if reduction == "softmax" and negative_temperature is None:
+        raise LossInputError("the softmax reduction needs a negative_temperature (released code: 0.1)")
+    if top_negatives is not None and top_negatives < 1:
+        raise LossInputError(f"top_negatives must be >= 1 or None, got {top_negatives}")
     _check(gamma_min, gamma_max, variant, negative_temperature)
     if scores.numel() == 0:
         return scores.sum()
@@ -177,8 +202,15 @@ def dynamic_margin_triplet_pool_loss(
     s_neg = scores.masked_fill(targets, 0.0)[:, None, :]  # (B, 1, P)
     losses = dynamic_margin_triplet_terms(pos[:, :, None], s_neg, gamma_min, gamma_max, variant)
     losses = losses.masked_fill(~valid, 0.0)  # (B, K, P)
-    if negative_temperature is None:
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "mean":
         return mean_over_rows(losses.sum(dim=(1, 2)), valid.sum(dim=(1, 2)))
+    if top_negatives is not None and top_negatives < scores.shape[1]:
+        hardest = scores.detach().masked_fill(targets, float("-inf")).topk(top_negatives, dim=1).indices  # (B, k)
+        kept = torch.zeros_like(targets).scatter_(1, hardest, True) & neg_valid  # (B, P)
+        neg_valid = kept
+        valid = valid & kept[:, None, :]
     weights = _negative_weights(s_neg.expand_as(losses), valid & (losses.detach() > 0), negative_temperature)
     per_anchor = (weights * losses).sum(dim=2)  # (B, K) weighted sum over negatives
     anchors = pos_valid & neg_valid.any(dim=1, keepdim=True)  # (B, K) positives that have negatives

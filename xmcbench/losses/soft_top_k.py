@@ -208,6 +208,8 @@ def soft_top_k_loss(
     n_iter: int = DEFAULT_ITERS,
     sum_fn: RowReduce | None = None,
     max_fn: RowReduce | None = None,
+    counted: torch.Tensor | None = None,
+    normalise: str = "labels",
 ) -> torch.Tensor:
     """SoftTop-k loss (DEXML Eq. 6): -mean over rows of (1/P) sum_j y_ij log z_ij.
 
@@ -216,17 +218,34 @@ def soft_top_k_loss(
         targets: (B, P) bool positives.
         k, alpha, n_iter, sum_fn, max_fn: as in ``soft_top_k``. With ``sum_fn`` the value is
             this rank's share (its columns, divided by the global P); shares sum to the loss.
+        counted: optional (B, P) bool subset of ``targets``: the positives that get a term
+            (default: all). DEXML's released code samples at most k positives per row.
+        normalise: "labels" divides each row by the number of columns P (Eq. 6, default);
+            "positives" divides by the row's number of counted positives (the released code,
+            which produced the published SoftTop-5 numbers: sampled ≤ k, divided by the number
+            sampled). With ``sum_fn`` the count is combined over ranks.
 
     Returns:
         Scalar loss (>= 0). log z is computed as logsigmoid(alpha (s + t)), never log(0).
     """
     check_scores_targets(scores, targets, "soft_top_k_loss")
     _check(scores, k, alpha, n_iter, sum_fn, max_fn, "soft_top_k_loss")
+    if normalise not in ("labels", "positives"):
+        raise LossInputError(f"soft_top_k_loss: normalise must be 'labels' (Eq. 6) or 'positives' (released code), "
+                             f"got {normalise!r}")
+    if counted is not None:
+        check_scores_targets(scores, counted, "soft_top_k_loss (counted)")
+        targets = targets & counted
     s = upcast(scores)
     n_cols = _n_columns(s, sum_fn)
     if k >= n_cols or s.shape[0] == 0:
         return (s * 0.0).sum()  # log z = log 1 = 0 for every column
     t = _threshold(s, k, alpha, n_iter, n_cols, sum_fn, max_fn)  # (B, 1)
     log_z = F.logsigmoid(alpha * (s + t))  # (B, P)
-    per_row = -log_z.masked_fill(~targets, 0.0).sum(dim=1) / n_cols  # (B,)
-    return per_row.mean()
+    row_sum = -log_z.masked_fill(~targets, 0.0).sum(dim=1)  # (B,)
+    if normalise == "labels":
+        return (row_sum / n_cols).mean()
+    with torch.no_grad():
+        n_pos = targets.sum(dim=1, keepdim=True).to(s.dtype)  # (B, 1) this rank's counted positives
+        n_pos = (sum_fn or _identity)(n_pos)[:, 0].clamp_min(1)  # (B,) over every rank
+    return (row_sum / n_pos).mean()

@@ -13,10 +13,25 @@ Two regimes, as in the paper:
   and with several processes (torchrun) labels are sharded over ranks, query embeddings
   all-gathered and the softmax sums all-reduced (Appendix B.5).
 - ``hard_negatives``: the pool is the batch's sampled positives plus m negatives per query drawn
-  from an exact top-k shortlist refreshed every few epochs (Table 3: P@1 grows with the pool).
+  from an exact top-100 shortlist refreshed every few epochs (Section 5.4, Table 3: P@1 grows with
+  the pool). The paper follows ANCE (Xiong et al., 2021) and its released ``dist-de-hnm`` config
+  uses random batches, so the hard-negative recipes set ``batching: random`` (clustered batches
+  would add hard in-batch negatives Table 3 does not have). The paper does not say when mining
+  starts; the released code waits ``hard_neg_start`` = 5 epochs (``hard_negative_start_epoch``,
+  default 5), training on in-batch negatives only before that.
 
-Where the released code differs: it samples one positive per row per step (``one_positive``),
-uses CLS pooling (``encoder.pooling: cls``), scales the learning rate by the GPU count
+SoftTop-k (Eq. 6) divides each row's sum over its positives by the number of labels L
+(``soft_top_k_variant: paper``, default). The released code, which produced the published
+SoftTop-5 numbers, samples at most k positives per row per step and divides by the number
+sampled (``soft_top_k_variant: released``). Both run on several processes (label shards, sums
+all-reduced, Appendix B.5/B.7).
+
+Gradient clipping: neither the paper nor the released optimiser clips (``training.grad_clip:
+null``); the pre-clip gradient norm is recorded in the run's accounting.
+
+Where the released code differs: it samples one positive per row per step (``one_positive``;
+in the hard-negative regime the counted positive is the one placed in the pool), uses CLS
+pooling (the recipes follow it, ``encoder.pooling: cls``, as the paper does not say), scales the learning rate by the GPU count
 (``lr_scale_with_gpus``), drops the last label of every shard (not copied) and selects the model
 on the test set (never: ``training.validation_fraction`` carves a validation split instead).
 """
@@ -31,7 +46,6 @@ import torch
 from pydantic import Field
 from scipy import sparse
 
-from xmcbench.errors import XmcbenchError
 from xmcbench.methods import dual_encoder as de
 from xmcbench.methods.base import RunContext, TrainTask
 
@@ -46,7 +60,10 @@ class DexmlConfig(de.DualEncoderConfig):
     hard_negatives: int = Field(default=1, ge=0)  # m per query from the shortlist
     shortlist_k: int = Field(default=100, gt=0)
     refresh_every: int = Field(default=5, ge=1)  # epochs between shortlist refreshes
+    hard_negative_start_epoch: int = Field(default=5, ge=0)  # released code: hard_neg_start = 5 (paper silent)
     soft_top_k: int = Field(default=5, ge=1)  # k of SoftTop-k
+    # paper: Eq. 6, 1/L over every positive; released: ≤ k sampled positives, / number sampled
+    soft_top_k_variant: Literal["paper", "released"] = "paper"
     alpha: float = Field(default=2.0, gt=0)  # steepness of SoftTop-k's sigmoid
     gradcache_chunk: int = Field(default=1024, gt=0)  # η: labels embedded per micro-batch
     lr_scale_with_gpus: bool = False
@@ -73,9 +90,6 @@ class DexmlMethod:
         c, t = self.config, self.recipe.training
         labels = task.train_labels
         world, rank = get_world_size(), get_rank()
-        if c.loss == "soft_top_k" and world > 1:
-            raise XmcbenchError("SoftTop-k is implemented for one process; use loss: decoupled_softmax "
-                                "across GPUs (the label shards' softmax sums are all-reduced)")
 
         # 1. encoder, token caches, training rows (a validation split is carved out when asked)
         self.encoder = de.build_encoder(self.recipe, dropout=c.dropout).to(ctx.device)
@@ -90,7 +104,8 @@ class DexmlMethod:
         optimizer = build_optimizer([(self.encoder.named_parameters(), lr)], t.weight_decay)
         total_steps = t.epochs * len(sampler)
         scheduler = build_scheduler(optimizer, max(total_steps, 1), t.warmup_ratio, t.schedule)
-        shortlists = ShortlistSchedule(c.refresh_every)
+        shortlists = ShortlistSchedule(c.refresh_every, start_epoch=c.hard_negative_start_epoch)
+        grad_norms: list[float] = []  # pre-clip gradient norm of every step of this process
         accounting = PoolAccounting()
 
         # 3. resume from the last complete epoch
@@ -108,7 +123,7 @@ class DexmlMethod:
         # 4. epochs
         for epoch in range(start_epoch, t.epochs):
             need_shortlist = c.regime == "hard_negatives" and c.hard_negatives > 0 and (
-                shortlists.due(epoch) or shortlist is None)
+                shortlists.due(epoch) or (shortlist is None and epoch >= c.hard_negative_start_epoch))
             need_clusters = de.clustering_due(schedule, epoch, sampler)
             if need_shortlist or need_clusters:
                 query_emb = de.encode_all(self.encoder, tokens.queries, ctx.device, ctx.precision,
@@ -139,7 +154,7 @@ class DexmlMethod:
                         accounting.update(pool)
                     # Each rank backpropagated its share (its queries, its label shard) of one global
                     # loss, so the gradients are summed over ranks (DEXML Appendix B.5).
-                    _optimizer_step(self.encoder, optimizer, scheduler, t.grad_clip, world)
+                    grad_norms.append(_optimizer_step(self.encoder, optimizer, scheduler, t.grad_clip, world))
                     step += 1
                     advance(1)
             if val_rows.size and is_main():
@@ -163,7 +178,13 @@ class DexmlMethod:
                                        progress=ctx.progress, description="encode labels")
         # Totals come from the checkpointed counters, so a resumed run reports the whole training.
         ctx.accounting.update(batch_size=t.batch_size, steps=step, world_size=world,
-                              validation_p1=best if val_rows.size else None)
+                              validation_p1=best if val_rows.size else None, batching=c.batching,
+                              hard_negative_start_epoch=c.hard_negative_start_epoch
+                              if c.regime == "hard_negatives" else None,
+                              soft_top_k_variant=c.soft_top_k_variant if c.loss == "soft_top_k" else None,
+                              grad_clip=t.grad_clip,
+                              grad_norm_preclip_mean=float(np.mean(grad_norms)) if grad_norms else None,
+                              grad_norm_preclip_max=float(np.max(grad_norms)) if grad_norms else None)
         if c.regime == "all_negatives":
             ctx.accounting.update(pool_size_mean=float(labels.shape[1]), pool_size_max=int(labels.shape[1]),
                                   positives_per_query=positives_seen / max(queries_seen, 1),
@@ -179,8 +200,9 @@ class DexmlMethod:
     def _scores_loss(self, scores: torch.Tensor, targets: torch.Tensor, counted: torch.Tensor | None):
         """Loss of (B, P) scores already divided by τ against (B, P) bool targets (one process).
 
-        ``counted``: with ``one_positive``, the one positive per row that gets a term; every
-        positive still stays out of the denominators (the released code's sampling).
+        ``counted``: the positives per row that get a term: with ``one_positive`` the one
+        positive (every positive still stays out of the denominators, the released code's
+        sampling); with SoftTop-k's released variant the ≤ k sampled positives.
         """
         from xmcbench.losses import decoupled_softmax_loss, soft_top_k_loss
         from xmcbench.losses.decoupled_softmax import decoupled_softmax_terms, negative_logsumexp
@@ -188,6 +210,9 @@ class DexmlMethod:
 
         c = self.config
         if c.loss == "soft_top_k":
+            if c.soft_top_k_variant == "released":
+                return soft_top_k_loss(scores, targets, k=c.soft_top_k, alpha=c.alpha,
+                                       counted=counted.to(scores.device), normalise="positives")
             return soft_top_k_loss(scores, targets, k=c.soft_top_k, alpha=c.alpha)
         if counted is None:
             return decoupled_softmax_loss(scores, targets)
@@ -204,37 +229,66 @@ class DexmlMethod:
         """
         from xmcbench.sampling import build_label_pool, sample_hard_negatives, sample_positives, step_rng
         from xmcbench.train import autocast, shard_range
-        from xmcbench.train.sharded_decoupled_softmax import sharded_decoupled_softmax_loss
 
         c, seed = self.config, self.recipe.training.seed
         positives = sample_positives(labels, batch_rows, c.positives_per_query,
                                      step_rng(seed, epoch, step, "positives"))  # (B, β)
         negatives = None
-        if c.hard_negatives > 0:
+        if c.hard_negatives > 0 and shortlist is not None and epoch >= c.hard_negative_start_epoch:
             negatives = sample_hard_negatives(shortlist[batch], labels[batch_rows], c.hard_negatives,
                                               step_rng(seed, epoch, step, "negatives"))  # (B, m)
         pool = build_label_pool(labels, batch_rows, positives, negatives)
         targets = pool.tensors(ctx.device)["targets"]  # (B, P)
+        # The counted positives are the sampled ones *in the pool*: one_positive counts the first
+        # (it must be a pool column, else its row gets no term), SoftTop-k's released variant all β.
+        counted_slots = None
+        if c.loss == "soft_top_k" and c.soft_top_k_variant == "released":
+            counted_slots = pool.positive_slots  # (B, β)
+        elif c.one_positive:
+            counted_slots = pool.positive_slots[:, :1]  # (B, 1)
         if world == 1:
             with autocast(ctx.device, ctx.precision):
                 q = de.embed(self.encoder, tokens.queries, batch_rows, ctx.device)  # (B, d)
                 z = de.embed(self.encoder, tokens.labels, pool.labels, ctx.device)  # (P, d)
             scores = (q.float() @ z.float().T) / c.temperature  # (B, P)
-            counted = _one_positive_mask(labels, batch_rows, pool.labels, seed, epoch, step) if c.one_positive else None
+            counted = None if counted_slots is None else slots_mask(counted_slots, range(pool.size))
             loss = self._scores_loss(scores, targets, counted)
         else:
             shard = shard_range(pool.size, rank, world)
             local_rows = np.array_split(batch_rows, world)[rank]
             q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
             z = self._embed_or_empty(tokens.labels, pool.labels[shard.start:shard.stop], ctx)  # (P_r, d)
-            counted = None
-            if c.one_positive:
-                counted = _one_positive_mask(labels, batch_rows, pool.labels[shard.start:shard.stop], seed, epoch,
-                                             step).to(ctx.device)
-            loss = sharded_decoupled_softmax_loss(q, z, targets[:, shard.start:shard.stop],
-                                                  temperature=c.temperature, counted_shard=counted)
+            counted = None if counted_slots is None else slots_mask(counted_slots, shard).to(ctx.device)
+            loss = self._sharded_loss(q, z, targets[:, shard.start:shard.stop], counted)
         loss.backward()
         return loss.detach(), pool
+
+    def _sharded_loss(self, q_local: torch.Tensor, z_shard: torch.Tensor, targets_shard: torch.Tensor,
+                      counted_shard: torch.Tensor | None) -> torch.Tensor:
+        """The loss of the global batch with labels sharded over ranks (Appendix B.5 / B.7).
+
+        Backpropagating the returned value on every rank and summing the parameter gradients over
+        ranks gives the gradient of the one global loss.
+        """
+        from xmcbench.losses import soft_top_k_loss
+        from xmcbench.train.distributed import all_gather_with_grad, all_reduce_max, all_reduce_sum
+        from xmcbench.train.sharded_decoupled_softmax import sharded_decoupled_softmax_loss
+
+        c = self.config
+        if c.loss == "decoupled_softmax":
+            return sharded_decoupled_softmax_loss(q_local, z_shard, targets_shard, temperature=c.temperature,
+                                                  counted_shard=counted_shard)
+        q_all = all_gather_with_grad(q_local)  # (B, d)
+        with torch.autocast(q_all.device.type, enabled=False):  # bisection sums in fp32
+            scores = (q_all.float() @ z_shard.float().T) / c.temperature  # (B, L_r)
+            released = c.soft_top_k_variant == "released"
+            # Row sums (threshold bisection, counts) combine over ranks; each rank's value is its share.
+            share = soft_top_k_loss(scores, targets_shard.bool(), k=c.soft_top_k, alpha=c.alpha,
+                                    sum_fn=lambda x: all_reduce_sum(x.detach()), max_fn=all_reduce_max,
+                                    counted=counted_shard if released else None,
+                                    normalise="positives" if released else "labels")
+        total = all_reduce_sum(share.detach())
+        return share + (total - share).detach()  # the global value, this rank's gradient share
 
     def _embed_or_empty(self, cache, idx: np.ndarray, ctx) -> torch.Tensor:
         from xmcbench.train import autocast
@@ -247,8 +301,6 @@ class DexmlMethod:
     def _all_negatives_step(self, batch_rows, labels, tokens, ctx, world: int, rank: int, epoch: int, step: int):
         """Every label in the loss: gradient-cached label embeddings, sharded over ranks when world > 1."""
         from xmcbench.train import autocast, backward_chunks, cached_embeddings, shard_range
-        from xmcbench.train.sharded_decoupled_softmax import sharded_decoupled_softmax_loss
-
         c, seed = self.config, self.recipe.training.seed
         n_labels = labels.shape[1]
         shard = shard_range(n_labels, rank, world)
@@ -263,14 +315,16 @@ class DexmlMethod:
         q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
         cached = cached_embeddings(label_fn, chunks) if chunks else None  # (L_r, d) leaf
         counted = None
-        if c.one_positive:
-            counted = _one_positive_mask(labels, batch_rows, np.arange(shard.start, shard.stop), seed, epoch,
-                                         step).to(ctx.device)  # (B, L_r)
+        if c.loss == "soft_top_k" and c.soft_top_k_variant == "released":
+            counted = _sampled_positive_mask(labels, batch_rows, np.arange(shard.start, shard.stop), c.soft_top_k,
+                                             seed, epoch, step, "soft-top-k").to(ctx.device)  # (B, L_r)
+        elif c.one_positive:
+            counted = _sampled_positive_mask(labels, batch_rows, np.arange(shard.start, shard.stop), 1, seed, epoch,
+                                             step, "one-positive").to(ctx.device)  # (B, L_r)
         if world > 1:
             label_emb = cached.embeddings if cached else q.new_zeros((0, self.encoder.dim), requires_grad=True)
             targets = de.dense_targets(labels, batch_rows, shard, ctx.device)  # (B, L_r)
-            loss = sharded_decoupled_softmax_loss(q, label_emb, targets, temperature=c.temperature,
-                                                  counted_shard=counted)
+            loss = self._sharded_loss(q, label_emb, targets, counted)
         else:
             scores = (q @ cached.embeddings.T) / c.temperature  # (B, L)
             targets = de.dense_targets(labels, local_rows, None, ctx.device)  # (B, L)
@@ -315,34 +369,51 @@ class DexmlMethod:
 
 
 # ----------------------------------------------------------------------------------------------
-def _one_positive_mask(labels: sparse.csr_matrix, rows: np.ndarray, columns: np.ndarray, seed: int, epoch: int,
-                       step: int) -> torch.Tensor:
-    """(B, |columns|) bool: one positive per row, drawn from the CSR, marked where it is a column.
+def slots_mask(slots: np.ndarray, columns: range) -> torch.Tensor:
+    """(B, |columns|) bool: True at each row's pool slots (-1 = none) that fall in ``columns``.
 
-    The draw depends only on (seed, epoch, step), so every rank picks the same positive and each
-    rank marks it only if the label is in its shard.
+    Used for the counted positives of the hard-negative regime: they are pool columns by
+    construction (``LabelPool.positive_slots``), so every row with a sampled positive counts one.
     """
-    from xmcbench.sampling import sample_positives, step_rng
-
-    chosen = sample_positives(labels, rows, 1, step_rng(seed, epoch, step, "one-positive"))[:, 0]  # (B,)
-    at = np.searchsorted(columns, chosen)
-    hit = (chosen >= 0) & (at < columns.size)
-    hit[hit] = columns[at[hit]] == chosen[hit]
-    mask = torch.zeros((rows.size, columns.size), dtype=torch.bool)
-    mask[torch.from_numpy(np.flatnonzero(hit)), torch.from_numpy(at[hit])] = True
+    slots = np.asarray(slots, dtype=np.int64)
+    rows, which = np.nonzero((slots >= columns.start) & (slots < columns.stop))
+    mask = torch.zeros((slots.shape[0], len(columns)), dtype=torch.bool)
+    mask[torch.from_numpy(rows), torch.from_numpy(slots[rows, which] - columns.start)] = True
     return mask
 
 
-def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int) -> None:
+def _sampled_positive_mask(labels: sparse.csr_matrix, rows: np.ndarray, columns: np.ndarray, n: int, seed: int,
+                           epoch: int, step: int, stream: str) -> torch.Tensor:
+    """(B, |columns|) bool: ≤ n positives per row, drawn from the CSR, marked where they are columns.
+
+    All-negatives regime only (every label is a column somewhere). The draw depends only on
+    (seed, epoch, step, stream), so every rank draws the same positives and each rank marks
+    those in its shard.
+    """
+    from xmcbench.sampling import sample_positives, step_rng
+
+    chosen = sample_positives(labels, rows, n, step_rng(seed, epoch, step, stream))  # (B, n)
+    at = np.searchsorted(columns, chosen)  # (B, n)
+    hit = (chosen >= 0) & (at < columns.size)
+    hit[hit] = columns[at[hit]] == chosen[hit]
+    r, w = np.nonzero(hit)
+    mask = torch.zeros((rows.size, columns.size), dtype=torch.bool)
+    mask[torch.from_numpy(r), torch.from_numpy(at[r, w])] = True
+    return mask
+
+
+def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int) -> float:
+    """Sum gradients over ranks, clip when the recipe asks, step; returns the pre-clip global norm."""
     from xmcbench.train import all_reduce_gradients, clip_gradients
 
     params = [p for p in encoder.parameters() if p.requires_grad]
     if world > 1:
         all_reduce_gradients(params, op="sum")
-    clip_gradients(params, grad_clip)
+    norm = float(clip_gradients(params, grad_clip))
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+    return norm
 
 
 def _build_shortlist(query_emb: np.ndarray, label_emb: np.ndarray, positives: sparse.csr_matrix, k: int,

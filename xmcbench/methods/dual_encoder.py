@@ -26,7 +26,11 @@ from xmcbench.progress import task as progress_task
 class DualEncoderConfig(MethodConfig):
     """Settings shared by the dual-encoder methods (each method's Config extends this)."""
 
-    batching: Literal["random", "clustered"] = "clustered"  # NGAME negative-mining-aware batches
+    # random; clustered: NGAME's growing clusters concatenated and cut into batches;
+    # one_cluster_per_batch: UniDEC's batches, each exactly one cluster of ~batch_size queries,
+    # clustered from epoch 0 and re-clustered every ``recluster_every`` epochs (cluster_size and
+    # cluster_start_epoch do not apply).
+    batching: Literal["random", "clustered", "one_cluster_per_batch"] = "clustered"
     cluster_size: int = Field(default=8, ge=1)  # queries per cluster when clustering starts
     cluster_start_epoch: int = Field(default=10, ge=0)  # NGAME: random batches before epoch 10
     recluster_every: int = Field(default=5, ge=1)  # NGAME: re-cluster every 5 epochs
@@ -117,6 +121,11 @@ def make_sampler(config: DualEncoderConfig, n_queries: int, batch_size: int, see
 
     if config.batching == "random":
         return RandomBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last), None
+    if config.batching == "one_cluster_per_batch":
+        # UniDEC Algorithm 1: clusters of size N/|𝔅| from the first epoch, never grown.
+        schedule = ClusterSchedule(cluster_size=batch_size, start_epoch=0, every=config.recluster_every, grow_at=())
+        return ClusterBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last,
+                                   one_batch_per_cluster=True), schedule
     schedule = ClusterSchedule(cluster_size=config.cluster_size, start_epoch=config.cluster_start_epoch,
                                every=config.recluster_every)
     return ClusterBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last), schedule
@@ -152,7 +161,7 @@ def predict_topk(encoder, texts: Sequence[str], label_emb: np.ndarray, k: int, c
     from xmcbench.search.exact import exact_topk
 
     queries = encoder.encode(texts, batch_size=batch_size, device=ctx.device, progress=ctx.progress,
-                             description="encode queries")  # (N, d)
+                             description="encode queries", precision=ctx.precision)  # (N, d)
     return exact_topk(queries, label_emb, k, device=ctx.device, backend=backend)
 
 

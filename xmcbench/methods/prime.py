@@ -29,9 +29,9 @@ negative of the others. With s_ql = h_q·h_l and b_ql = h_q·z_l over the (b, P)
 
     L = L_cd(b) + L_cd(s) + L_cd(sᵀ) + λ R(s, b),    λ = 0.1, m' = 0.1, γ = [0.1, 0.3]
 
-where L_cd is ``dynamic_margin_triplet_pool_loss`` (every (positive, negative) triplet of each
-anchor: the mean over an anchor's triplets, then over anchors; the third term anchors on the
-pool labels and ranks the batch queries) and R the regulariser of Eq. 6-7
+where L_cd is ``dynamic_margin_triplet_pool_loss`` over every (positive, negative) triplet of
+each anchor, *summed* over triplets and anchors as Eq. 1 writes it (``triplet_reduction: sum``;
+the third term anchors on the pool labels and ranks the batch queries) and R the regulariser of Eq. 6-7
 (``prime_regularizer``) over every pool pair. Inference is exact maximum-inner-product search of
 h_q against the prototypes z_l of all labels, computed once after training (App. I). The model
 of the last epoch is kept (App. H: no checkpoint selection).
@@ -44,19 +44,30 @@ Where the paper and the released code (github.com/kunaldahiya/prime) disagree:
   terms (``regularizer: hinge``, default; empty sets give 0, not NaN); the linear Eq. 6-7 is
   ``regularizer: paper``. The released code also takes the triplet's upper margin (0.3) as m'
   and scores R on one positive and the hardest negatives; here m' = 0.1 over every pool pair.
-- Negatives: the released code weights violating negatives by softmax(s_n / 0.1) and keeps the
-  100 hardest per anchor; the paper averages over the in-batch triplets. ``negative_temperature:
-  0.1`` switches the weighting on (all in-batch negatives are kept).
+- The triplet reduction: Eq. 1 sums over the batch's triplets (``triplet_reduction: sum``,
+  default; easy triplets add 0). The released code keeps the ``top_negatives`` = 100 hardest
+  negatives per anchor and weights the violating ones by softmax(s_n / ``negative_temperature``
+  = 0.1) (``triplet_reduction: softmax``). ``mean`` (uniform mean over every pair, easy ones
+  included: xmcbench's earlier default, in neither) dilutes the triplet gradient by the number of
+  pool negatives while λR is averaged over its non-zero terms only, so it is kept only as an
+  option.
 - Positives: Sec. 4.2 samples two per query, Table 10's caption one ("PRIME++ more"); the
-  default follows Sec. 4.2 (``positives_per_query: 2``).
+  default follows Sec. 4.2 (``positives_per_query: 2``). App. J gives a per-draw probability
+  p_il ∝ γ_l and the released code draws with a multinomial, so draws are independent
+  (``positive_draws: with_replacement``, default; a label drawn twice enters the pool once);
+  ``without_replacement`` draws distinct positives (successive sampling).
 - Centroids: the released code's update is effectively a no-op; Eq. 4 is implemented. Its
   initial centroids are normalised means, as here.
 - The prototype layer is post-norm with GELU, the released code's defaults (the paper does not say).
-- Not in the paper (and not checked against the released code, whose bank set-up lives in a
-  library not published with it): the free vectors start as the normalised mean of their
-  cluster's pre-trained label embeddings, so the bank starts on the embedding sphere.
+- An xmcbench choice, in neither the paper nor (as far as can be checked: the bank set-up lives
+  in a library not published with it) the released code: the free vectors start as the
+  normalised mean of their cluster's pre-trained label embeddings, so the bank starts on the
+  embedding sphere. Recorded in the run's accounting under ``not_reported``.
 - NGAME's curriculum comes from ``dual_encoder`` (cluster count halved at epochs 10, 20, 25, 50,
-  ...); the released config grows at 10, 25, 50, ... (no 20).
+  ...; the first clusters have the configured ``cluster_size``, 4 in the released config); the
+  released config grows at 10, 25, 50, ... (no 20).
+- Gradient clipping: the paper does not clip (``training.grad_clip: null``); the pre-clip norm
+  is recorded in the accounting.
 """
 
 from __future__ import annotations
@@ -87,7 +98,9 @@ class PrimeConfig(de.DualEncoderConfig):
     gamma_min: float = Field(default=0.1, ge=0)  # γ_min of the clipped margin (Table 10)
     gamma_max: float = Field(default=0.3, ge=0)  # γ_max (Table 10)
     margin_variant: Literal["max", "paper"] = "max"  # max: Eq. 13's formula = released code
-    negative_temperature: float | None = Field(default=None, gt=0)  # released code: 0.1
+    triplet_reduction: Literal["sum", "softmax", "mean"] = "sum"  # sum: Eq. 1; softmax: released code
+    negative_temperature: float = Field(default=0.1, gt=0)  # τ of the softmax reduction (released code)
+    top_negatives: int | None = Field(default=100, gt=0)  # hardest negatives kept by softmax (released code)
     reg_weight: float = Field(default=0.1, ge=0)  # λ of Eq. 5 (App. H)
     reg_margin: float = Field(default=0.1, ge=0)  # m' of Eq. 6-7 (App. H)
     regularizer: Literal["hinge", "paper"] = "hinge"  # hinge: released code (no 0/0)
@@ -96,6 +109,7 @@ class PrimeConfig(de.DualEncoderConfig):
     free_vectors: int = Field(default=65536, ge=0)  # |B| (Table 10); 0: no free vectors (Fig. 3)
     positives_per_query: int = Field(default=2, ge=1)  # Sec. 4.2: two positives per query
     positive_sampling: Literal["inverse_propensity", "uniform"] = "inverse_propensity"  # App. J / Table 11
+    positive_draws: Literal["with_replacement", "without_replacement"] = "with_replacement"  # App. J per-draw p_il
     prototype_heads: int = Field(default=1, ge=1)  # App. H
     prototype_ffn: int = Field(default=1024, gt=0)  # App. H
     prototype_dropout: float = Field(default=0.1, ge=0, lt=1)  # App. H
@@ -269,7 +283,8 @@ def prime_objective(query_emb: torch.Tensor, label_emb: torch.Tensor, prototypes
 
     def triplets(scores, tgt):
         return dynamic_margin_triplet_pool_loss(scores, tgt, c.gamma_min, c.gamma_max, c.margin_variant,
-                                                c.negative_temperature)
+                                                c.negative_temperature, reduction=c.triplet_reduction,
+                                                top_negatives=c.top_negatives)
 
     terms = {
         "query_prototype": triplets(b, targets),
@@ -307,6 +322,7 @@ class PrimeMethod:
         self.recipe = recipe
         self.model: PrimeModel | None = None
         self.label_prototypes: np.ndarray | None = None  # (L, d) z_l after fit
+        self._grad_norms: list[float] = []  # pre-clip global gradient norm per step of this process
 
     @property
     def encoder(self):
@@ -431,7 +447,8 @@ class PrimeMethod:
 
         c = self.config
         rng = step_rng(self.recipe.training.seed, epoch, step, "positives")
-        positives = sample_positives(labels, batch_rows, c.positives_per_query, rng, weights=weights)  # (b, β)
+        positives = sample_positives(labels, batch_rows, c.positives_per_query, rng, weights=weights,
+                                     replace=c.positive_draws == "with_replacement")  # (b, β)
         pool = build_label_pool(labels, batch_rows, positives)
         loss, _, h_q = self._batch_loss(batch_rows, pool, tokens, ctx)
         loss.backward()
@@ -443,7 +460,8 @@ class PrimeMethod:
     def _optimizer_step(self, optimizer, scheduler, grad_clip) -> None:
         from xmcbench.train import clip_gradients
 
-        clip_gradients([p for p in self.model.parameters() if p.requires_grad], grad_clip)
+        norm = clip_gradients([p for p in self.model.parameters() if p.requires_grad], grad_clip)
+        self._grad_norms.append(float(norm))  # pre-clip: recorded whether or not the recipe clips
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -460,7 +478,13 @@ class PrimeMethod:
         c, t = self.config, self.recipe.training
         ctx.accounting.update(batch_size=t.batch_size, hard_negatives_per_query=0.0,
                               refresh_interval=c.recluster_every if c.batching == "clustered" else None,
-                              free_vectors=n_free, sampled_positives_per_query=c.positives_per_query)
+                              free_vectors=n_free, sampled_positives_per_query=c.positives_per_query,
+                              triplet_reduction=c.triplet_reduction, positive_draws=c.positive_draws,
+                              batching=c.batching, grad_clip=t.grad_clip,
+                              grad_norm_preclip_mean=float(np.mean(self._grad_norms)) if self._grad_norms else None,
+                              grad_norm_preclip_max=float(np.max(self._grad_norms)) if self._grad_norms else None,
+                              not_reported={"free_vector_init": "normalised mean of the cluster's pre-trained "
+                                                                "label embeddings (xmcbench choice)"})
         if accounting.steps:
             summary = accounting.summary()
             # From the checkpointed totals, so a resumed run reports every step, not only its own.

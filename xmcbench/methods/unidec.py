@@ -16,7 +16,13 @@ and are trained with the pick-some-labels loss in both directions (Section 3.1-3
 
 Hard negatives: H_i = top-k of <Φ_D(x_i), Φ_D(z_l)> over all labels with H_i ∩ P_i = ∅,
 refreshed every τ epochs, with |H| = η·τ so that the draws of one refresh interval can cover the
-shortlist (Section 3.1). Batches are NGAME's negative-mining-aware clusters of Φ_D(x).
+shortlist (Section 3.1). Batches (Section 2.1, Algorithm 1, Table 2): each batch is exactly one
+cluster of Φ_D(x), |𝔅| clusters of N/|𝔅| queries built from the first epoch and rebuilt every τ
+epochs (``batching: one_cluster_per_batch``, the default; ``clustered`` is NGAME's growing,
+concatenated clusters, ``random`` plain batches). The pool may be capped (``max_pool_size``):
+Table 2 reports |L_B| as a setting below the union's size (``sampling.cap_pool_negatives``).
+The accounting reports the uncapped and capped pool size and the mean |P_i^B| per step, to
+compare with Table 2 (|L_B|) and Tables 6/7 (Avg |P_i^B|).
 
 Inference (Section 3.3, Table 5), exact search over all labels with ``inference``:
 ``concat`` (default) queries [Φ_D(x) ⊕ N(Φ_C(x))] against [Φ_D(z_l) ⊕ N(Ψ_l)]; ``de`` uses
@@ -33,12 +39,16 @@ Choices the paper leaves open, made here and documented:
   no weight decay and no gradient clipping on Ψ (both would touch every row every step); the
   encoder and heads use AdamW with the recipe's decay and clipping. All groups follow the
   recipe's warm-up/decay schedule.
-- The temperature τ is not reported; ``temperature`` (default 0.05) scales both heads' scores.
+- The temperature τ is not reported; ``temperature`` (default 0.05) scales both heads' scores,
+  also the classifier head's unnormalised <Φ_C(x), Ψ_l>.
 - Ψ's initialisation is not reported: rows are drawn from N(0, 1/d) (unit expected norm).
+- These, β / η where a dataset's are not reported, and how the pool is capped are listed in
+  the run record's accounting under ``not_reported`` (recipes mark them too).
 - ``recipe.encoder.normalize`` does not apply: the heads fix which side is normalised.
-- The shortlist and inference use exact search where the paper uses an ANNS; the PSL terms are
-  means over the batch's queries (labels), where the paper writes sums, so the loss scale does
-  not depend on the batch size (``xmcbench.losses.psl``).
+- The shortlist and inference use exact search where the paper uses an ANNS. The PSL terms are
+  sums over the batch's queries (labels) as the paper writes them (``psl_reduction: sum``,
+  default); ``mean`` averages each direction instead (equal q2l / l2q weight, an xmcbench
+  option, see ``xmcbench.losses.psl``).
 - One process only (the paper trains on one GPU); model selection on a validation split is
   available through ``training.validation_fraction`` (the test split is never looked at).
 """
@@ -65,6 +75,10 @@ FORMAT_VERSION = 1
 
 
 class UnidecConfig(de.DualEncoderConfig):
+    # Section 2.1 / Algorithm 1: one cluster of N/|𝔅| queries is one batch, from epoch 0.
+    batching: Literal["random", "clustered", "one_cluster_per_batch"] = "one_cluster_per_batch"
+    psl_reduction: Literal["sum", "mean"] = "sum"  # sum: Section 3.1's Σ_i, Σ_l (paper); mean: xmcbench
+    max_pool_size: int | None = Field(default=None, gt=0)  # cap on |L_B| (Table 2); None: the whole union
     dim: int = Field(default=384, gt=0)  # d of each head (paper: 256-384; concat searches 2d)
     head_dropout: float = Field(default=0.1, ge=0, lt=1)  # Dropout(0.1) in g1 and g2 (Appendix C.1)
     temperature: float = Field(default=0.05, gt=0)  # τ of both heads' scores (not reported in the paper)
@@ -183,6 +197,8 @@ class UnidecMethod:
         self.model: UnidecModel | None = None
         self.label_de: np.ndarray | None = None  # (L, d) Φ_D(z_l) after fit
         self.label_clf: np.ndarray | None = None  # (L, d) N(Ψ_l) after fit
+        self._uncapped_pool_sum = 0  # Σ over steps of |∪ sampled labels| before max_pool_size
+        self._grad_norms: list[float] = []  # pre-clip global gradient norm of every step of this process
 
     # ------------------------------------------------------------------------------------------
     def fit(self, task: TrainTask, ctx: RunContext) -> None:
@@ -215,6 +231,7 @@ class UnidecMethod:
         if state:
             sampler.load_state_dict(state["sampler_state"])
             accounting.load_state_dict(extra.get("accounting", {}))
+            self._uncapped_pool_sum = int(extra.get("uncapped_pool_sum", 0))
         shortlist = de.load_array(ctx.checkpoint_dir / "shortlist.npy") if c.hard_negatives > 0 else None
         best = extra.get("best_val_p1", -1.0)
 
@@ -248,7 +265,8 @@ class UnidecMethod:
                 if p1 > best:
                     best = p1
                     _save_model_state(self.model, ctx.checkpoint_dir / "best.safetensors")
-            extra = {"accounting": accounting.state_dict(), "best_val_p1": best}
+            extra = {"accounting": accounting.state_dict(), "best_val_p1": best,
+                     "uncapped_pool_sum": self._uncapped_pool_sum}
             if need_shortlist:
                 de.save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
             save_checkpoint(ckpt_dir, epoch + 1, step, self.model, optimizer, scheduler,
@@ -271,6 +289,22 @@ class UnidecMethod:
             shortlist_size=c.shortlist_size if c.hard_negatives > 0 else None,
             inference=c.inference,
             validation_p1=best if val_rows.size else None,
+            batching=c.batching,
+            batches_per_epoch=len(sampler),
+            # Table 2's |L_B| and Tables 6/7's Avg |P_i^B|, to compare (mean over steps / queries)
+            pool_size_uncapped_mean=self._uncapped_pool_sum / max(accounting.steps, 1),
+            max_pool_size=c.max_pool_size,
+            positives_in_pool_per_query_mean=summary.get("positives_in_pool_per_query_mean"),
+            psl_reduction=c.psl_reduction,
+            grad_clip=t.grad_clip,
+            grad_norm_preclip_mean=float(np.mean(self._grad_norms)) if self._grad_norms else None,
+            grad_norm_preclip_max=float(np.max(self._grad_norms)) if self._grad_norms else None,
+            not_reported={  # choices the paper leaves open (values used in this run)
+                "temperature": c.temperature,
+                "classifier_init": "N(0, 1/d) rows",
+                "pool_cap": "sampled positives kept, uniform subset of negative-only labels",
+                "encoder_pooling": self.recipe.encoder.pooling,
+            },
         )
 
     # -- setup ---------------------------------------------------------------------------------
@@ -309,14 +343,21 @@ class UnidecMethod:
         """L_B = ∪_i P̂_i ∪ Ĥ_i: β sampled positives and η shortlist negatives per query."""
         from xmcbench.sampling import build_label_pool, sample_hard_negatives, sample_positives, step_rng
 
+        from xmcbench.sampling import cap_pool_negatives
+
         c, seed = self.config, self.recipe.training.seed
         positives = sample_positives(labels, batch_rows, c.positives_per_query,
                                      step_rng(seed, epoch, step, "positives"))  # (b, β)
         negatives = None
+        uncapped = None
         if c.hard_negatives > 0 and shortlist_rows is not None:
             negatives = sample_hard_negatives(shortlist_rows, labels[batch_rows], c.hard_negatives,
                                               step_rng(seed, epoch, step, "negatives"))  # (b, η)
-        return build_label_pool(labels, batch_rows, positives, negatives)
+            negatives, uncapped = cap_pool_negatives(positives, negatives, c.max_pool_size,
+                                                     step_rng(seed, epoch, step, "pool-cap"))
+        pool = build_label_pool(labels, batch_rows, positives, negatives)
+        self._uncapped_pool_sum += pool.size if uncapped is None else uncapped
+        return pool
 
     def pool_loss(self, batch_rows: np.ndarray, pool, tokens, ctx: RunContext) -> torch.Tensor:
         """L = λ L_D + (1 − λ) L_C of the batch's queries against its pool (Algorithm 1)."""
@@ -333,7 +374,7 @@ class UnidecMethod:
         de_scores = (q_de.float() @ z_de.float().T) / c.temperature  # (b, P)
         clf_scores = (q_clf.float() @ psi.float().T) / c.temperature  # (b, P)
         return unidec_loss(de_scores, clf_scores, pool_t["targets"], lambda_=c.lambda_de,
-                           lambda_d=c.lambda_de_q2l, lambda_c=c.lambda_clf_q2l)
+                           lambda_d=c.lambda_de_q2l, lambda_c=c.lambda_clf_q2l, reduction=c.psl_reduction)
 
     def train_step(self, batch_rows: np.ndarray, pool, tokens, ctx: RunContext, optimizer: _Joint,
                    scheduler: _Joint) -> torch.Tensor:
@@ -344,7 +385,8 @@ class UnidecMethod:
         loss.backward()
         m = self.model
         dense = [p for module in (m.encoder, m.de_head, m.clf_head) for p in module.parameters() if p.requires_grad]
-        clip_gradients(dense, self.recipe.training.grad_clip)  # Ψ's sparse rows: SparseAdam, unclipped
+        # The paper does not clip (training.grad_clip: null); the pre-clip norm is recorded either way.
+        self._grad_norms.append(float(clip_gradients(dense, self.recipe.training.grad_clip)))
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)

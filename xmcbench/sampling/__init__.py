@@ -13,7 +13,7 @@
 from xmcbench.sampling.batching import ClusterBatchSampler, ClusterSchedule, ClusterStep, NGAME_GROW_AT, RandomBatchSampler
 from xmcbench.sampling.clustering import balanced_kmeans, n_clusters_for_size
 from xmcbench.sampling.memory_bank import MemoryBank
-from xmcbench.sampling.pool import LabelPool, PoolAccounting, build_label_pool
+from xmcbench.sampling.pool import LabelPool, PoolAccounting, build_label_pool, cap_pool_negatives
 from xmcbench.sampling.positives import sample_positives
 from xmcbench.sampling.seeding import step_rng
 from xmcbench.sampling.shortlist import ShortlistSchedule, build_shortlist, sample_hard_negatives
@@ -31,6 +31,7 @@ __all__ = [
     "balanced_kmeans",
     "build_label_pool",
     "build_shortlist",
+    "cap_pool_negatives",
     "n_clusters_for_size",
     "sample_hard_negatives",
     "sample_positives",

@@ -8,6 +8,13 @@ curriculum: NGAME halves the number of clusters at epochs 10, 20, 25, 50, 75, 10
 200, and re-clusters every 5 epochs from epoch 10 on embeddings from a memory bank). Before the
 first clustering, batches are random.
 
+UniDEC (Section 2.1, Algorithm 1) uses the clusters differently: each batch is exactly one
+cluster of N/|𝔅| queries, with |𝔅| clusters built from the first epoch and rebuilt every τ
+epochs (no growth, no concatenation). ``ClusterBatchSampler(..., one_batch_per_cluster=True)``
+does that: an epoch yields the clusters themselves in a shuffled order, and its length is the
+cluster count, the smallest power of two whose clusters hold at most ``batch_size`` queries
+(LF-AmazonTitles-131K: 294,805 queries, batch 576 -> 512 clusters of 575-576).
+
 Both samplers are deterministic functions of (seed, epoch, clusters) and remember how many
 batches of the current epoch they have handed out, so ``state_dict()`` saved after a training
 step and ``load_state_dict()`` on a fresh sampler continue with exactly the remaining batches.
@@ -141,13 +148,50 @@ class RandomBatchSampler:
 class ClusterBatchSampler(RandomBatchSampler):
     """NGAME batches: shuffle the cluster order, concatenate the clusters, cut fixed-size batches.
 
-    Random batches (``RandomBatchSampler``) until ``set_clusters`` is called.
+    Random batches (``RandomBatchSampler``) until ``set_clusters`` is called. With
+    ``one_batch_per_cluster`` (UniDEC) every batch is one whole cluster instead, there are
+    ``n_clusters_for_size(n_queries, batch_size)`` batches per epoch, and before any clusters are
+    set the random order is cut into that many near-equal batches.
     """
 
-    def __init__(self, n_queries: int, batch_size: int, seed: int = 0, drop_last: bool = False):
+    def __init__(self, n_queries: int, batch_size: int, seed: int = 0, drop_last: bool = False,
+                 one_batch_per_cluster: bool = False):
         super().__init__(n_queries, batch_size, seed, drop_last)
         self._flat: np.ndarray | None = None  # (N,) the clusters one after the other
         self._sizes: np.ndarray | None = None  # (C,) their sizes
+        self.one_batch_per_cluster = bool(one_batch_per_cluster)
+        if self.one_batch_per_cluster:
+            from xmcbench.sampling.clustering import n_clusters_for_size
+
+            self.n_batches = n_clusters_for_size(self.n_queries, self.batch_size)
+
+    def __len__(self) -> int:
+        if self.one_batch_per_cluster:
+            return self.n_batches
+        return super().__len__()
+
+    def _cuts(self) -> np.ndarray:
+        """(n_batches + 1,) batch boundaries in ``epoch_order()`` for one-cluster-per-batch epochs."""
+        if self._sizes is None:  # random order cut into near-equal pieces, as many as there will be clusters
+            return np.linspace(0, self.n_queries, self.n_batches + 1).round().astype(np.int64)
+        perm = self._rng().permutation(self._sizes.size)  # the same shuffled order epoch_order uses
+        return np.concatenate([[0], np.cumsum(self._sizes[perm])])
+
+    def batches(self) -> list[np.ndarray]:
+        if not self.one_batch_per_cluster:
+            return super().batches()
+        order, cuts = self.epoch_order(), self._cuts()
+        return [order[cuts[i] : cuts[i + 1]] for i in range(len(self))]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        if not self.one_batch_per_cluster:
+            yield from super().__iter__()
+            return
+        order, cuts = self.epoch_order(), self._cuts()
+        while self._consumed < len(self):
+            b = self._consumed
+            self._consumed += 1
+            yield order[cuts[b] : cuts[b + 1]]
 
     @property
     def n_clusters(self) -> int | None:
@@ -168,6 +212,11 @@ class ClusterBatchSampler(RandomBatchSampler):
             self._flat = self._sizes = None
             return
         sizes = np.array([len(c) for c in clusters], dtype=np.int64)
+        if self.one_batch_per_cluster and sizes.size != self.n_batches:
+            raise XmcbenchError(
+                f"one batch per cluster needs {self.n_batches} clusters (N/batch_size rounded up to a power of two); "
+                f"got {sizes.size}: cluster with cluster_size=batch_size"
+            )
         flat = np.concatenate([np.asarray(c, dtype=np.int64).ravel() for c in clusters]) if len(clusters) else np.empty(0, np.int64)
         if flat.size != self.n_queries or (
             flat.size and (flat.min() < 0 or flat.max() >= self.n_queries or np.bincount(flat, minlength=self.n_queries).max() != 1)
@@ -192,12 +241,16 @@ class ClusterBatchSampler(RandomBatchSampler):
 
     def state_dict(self) -> dict:
         state = super().state_dict()
+        state["one_batch_per_cluster"] = self.one_batch_per_cluster
         # Tensors, not numpy arrays, so that torch.load(weights_only=True) accepts the checkpoint.
         state["clusters_flat"] = None if self._flat is None else torch.from_numpy(self._flat.copy())
         state["cluster_sizes"] = None if self._sizes is None else torch.from_numpy(self._sizes.copy())
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        if bool(state.get("one_batch_per_cluster", False)) != self.one_batch_per_cluster:
+            raise XmcbenchError("cannot resume: the checkpoint and this run disagree on one batch per cluster; "
+                                "resume with the recipe the checkpoint was made with")
         super().load_state_dict(state)
         flat, sizes = state.get("clusters_flat"), state.get("cluster_sizes")
         self._flat = None if flat is None else np.array(torch.as_tensor(flat).numpy(), dtype=np.int64)
@@ -216,8 +269,11 @@ class ClusterStep:
 class ClusterSchedule:
     """NGAME's curriculum: when to (re-)cluster and how large clusters are, per 0-based epoch.
 
-    ``cluster_size`` is the size before any growth; it doubles at each epoch of ``grow_at``
-    already reached (NGAME halves the cluster count there), up to ``max_cluster_size``. Batches
+    ``cluster_size`` is the size of the first clusters (at ``start_epoch``); it doubles at each
+    epoch of ``grow_at`` after ``start_epoch`` already reached (NGAME halves the cluster count
+    there), up to ``max_cluster_size``. A growth epoch equal to ``start_epoch`` does not double
+    the first size: a recipe's ``cluster_size`` is the size it gets (PRIME's released config says
+    4 and means 4, not 8). Batches
     are random before ``start_epoch``; from it on, the queries are re-clustered every ``every``
     epochs and whenever the size grows. The initial size is a recipe choice (NGAME's public
     code takes it as a command-line option).
@@ -240,7 +296,7 @@ class ClusterSchedule:
     def cluster_size_at(self, epoch: int) -> int | None:
         if epoch < self.start_epoch:
             return None
-        size = self.cluster_size * 2 ** sum(1 for g in self.grow_at if g <= epoch)
+        size = self.cluster_size * 2 ** sum(1 for g in self.grow_at if self.start_epoch < g <= epoch)
         return size if self.max_cluster_size is None else min(size, self.max_cluster_size)
 
     def __call__(self, epoch: int) -> ClusterStep:
