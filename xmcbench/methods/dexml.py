@@ -204,18 +204,19 @@ class DexmlMethod:
         positive (every positive still stays out of the denominators, the released code's
         sampling); with SoftTop-k's released variant the ≤ k sampled positives.
         """
-        from xmcbench.losses import decoupled_softmax_loss, soft_top_k_loss
-        from xmcbench.losses.decoupled_softmax import decoupled_softmax_terms, negative_logsumexp
+        from xmcbench.losses import LOSSES
         from xmcbench.losses.common import mean_over_rows
+        from xmcbench.losses.decoupled_softmax import decoupled_softmax_terms, negative_logsumexp
 
         c = self.config
+        loss_fn = LOSSES.get(c.loss)  # every registered loss takes (scores, targets, ...)
         if c.loss == "soft_top_k":
             if c.soft_top_k_variant == "released":
-                return soft_top_k_loss(scores, targets, k=c.soft_top_k, alpha=c.alpha,
-                                       counted=counted.to(scores.device), normalise="positives")
-            return soft_top_k_loss(scores, targets, k=c.soft_top_k, alpha=c.alpha)
+                return loss_fn(scores, targets, k=c.soft_top_k, alpha=c.alpha,
+                               counted=counted.to(scores.device), normalise="positives")
+            return loss_fn(scores, targets, k=c.soft_top_k, alpha=c.alpha)
         if counted is None:
-            return decoupled_softmax_loss(scores, targets)
+            return loss_fn(scores, targets)
         terms = decoupled_softmax_terms(scores, targets, neg_lse=negative_logsumexp(scores, targets))  # (B, P)
         counted = counted.to(scores.device)
         return mean_over_rows((terms * counted).sum(1), counted.sum(1))

@@ -151,10 +151,6 @@ def clustering_due(schedule, epoch: int, sampler) -> bool:
     return step.cluster_size is not None and (step.recluster or sampler.n_clusters is None)
 
 
-def steps_per_epoch(n_queries: int, batch_size: int) -> int:
-    return math.ceil(n_queries / batch_size)
-
-
 def predict_topk(encoder, texts: Sequence[str], label_emb: np.ndarray, k: int, ctx: RunContext,
                  batch_size: int, backend: str = "torch") -> sparse.csr_matrix:
     """Exact maximum-inner-product search of the queries' Φ against ``label_emb`` (L, d)."""

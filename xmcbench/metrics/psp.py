@@ -29,10 +29,3 @@ NEEDS_PROPENSITY = True
 def components(ranked: RankedTruth, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(numerator, denominator), each (n_rows,), with PSP@k = numerator.sum() / denominator.sum()."""
     return ranked.ps_gain(k) / k, ranked.best_ps_gain(k) / k
-
-
-def psp_at_k(ranked: RankedTruth, k: int) -> float:
-    """PSP@k as a fraction in [0, 1] (0 when no row has a true label)."""
-    numerator, denominator = components(ranked, k)
-    total = denominator.sum()
-    return float(numerator.sum() / total) if total > 0 else 0.0

@@ -3,7 +3,6 @@
 - ``balanced_kmeans`` (clustering.py): balanced hierarchical 2-means of embeddings.
 - ``ClusterBatchSampler`` / ``RandomBatchSampler`` / ``ClusterSchedule`` (batching.py): NGAME's
   negative-mining-aware batches and its cluster-size curriculum.
-- ``MemoryBank`` (memory_bank.py): detached query embeddings for re-clustering.
 - ``sample_positives`` (positives.py): ≤ β positives per query, uniform or ∝ inverse propensity.
 - ``build_shortlist`` / ``sample_hard_negatives`` / ``ShortlistSchedule`` (shortlist.py).
 - ``build_label_pool`` / ``PoolAccounting`` (pool.py): the in-batch label pool and its targets.
@@ -12,7 +11,6 @@
 
 from xmcbench.sampling.batching import ClusterBatchSampler, ClusterSchedule, ClusterStep, NGAME_GROW_AT, RandomBatchSampler
 from xmcbench.sampling.clustering import balanced_kmeans, n_clusters_for_size
-from xmcbench.sampling.memory_bank import MemoryBank
 from xmcbench.sampling.pool import LabelPool, PoolAccounting, build_label_pool, cap_pool_negatives
 from xmcbench.sampling.positives import sample_positives
 from xmcbench.sampling.seeding import step_rng
@@ -24,7 +22,6 @@ __all__ = [
     "ClusterSchedule",
     "ClusterStep",
     "LabelPool",
-    "MemoryBank",
     "PoolAccounting",
     "RandomBatchSampler",
     "ShortlistSchedule",
