@@ -8,7 +8,6 @@ NGAME's negative-mining-aware clustering schedule; the model is checkpointed eve
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
