@@ -33,13 +33,43 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors on stderr; no progress bars."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug lines too (and the model libraries' own info)."),
 ) -> None:
     """Benchmarks and leaderboards for extreme multi-label classification (XMC).
 
     Data, runs and the results database live under $XMCBENCH_HOME (default: ~/.cache/xmcbench).
+    Runs log phases, epochs and evaluation to stderr (one line each, fit for a log file);
+    --quiet keeps warnings only, --verbose adds debug lines.
     """
-    # Library warnings (a busy database, a lost heartbeat) go to stderr, one line each.
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    configure_logging(quiet=quiet, verbose=verbose)
+
+
+def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
+    """xmcbench's log lines on stderr: INFO by default, WARNING with --quiet, DEBUG with --verbose.
+
+    Progress bars appear only when stderr is a terminal (and not with --quiet); otherwise the
+    model libraries' own bars are switched off too, so a log file holds lines, not bar redraws.
+    """
+    import os
+
+    from xmcbench import progress
+
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    package = logging.getLogger("xmcbench")
+    package.handlers[:] = [handler]
+    package.setLevel(level)
+    package.propagate = False
+    # other libraries: warnings only (their info lines are noise at a run's rate), unless --verbose
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    bars = not quiet and sys.stderr.isatty()
+    progress.set_enabled(bars)
+    if not bars:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 app.command("run")(run.run)
