@@ -9,12 +9,11 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from test_runs import _write_run  # noqa: E402  (tests/cli is on sys.path under pytest)
 from typer.testing import CliRunner
 
 from xmcbench.cli import app
 from xmcbench.cli.runs import loss_curve
-
-from test_runs import _write_run  # noqa: E402  (tests/cli is on sys.path under pytest)
 
 runner = CliRunner()
 RUN_ID = "20261122-101500-dexml-lf-amazontitles-131k-a1b2c3d4"

@@ -10,7 +10,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import FormatHelp, check_format, console, emit_rows, err_console, handle_errors, print_rich, strict_json
+from xmcbench.cli._common import (
+    FormatHelp,
+    check_format,
+    console,
+    emit_rows,
+    err_console,
+    handle_errors,
+    print_rich,
+    strict_json,
+)
 
 app = typer.Typer(help="List and inspect the runs indexed in the results database.", no_args_is_help=True)
 
