@@ -203,14 +203,7 @@ def _main_rows(references: list[dict]) -> list[dict]:
     files do not know (a test's own rows) counts as main. Of duplicates (the same method printed
     by two papers) the method's own paper wins, then the row with most numbers, then paper order.
     """
-    from xmcbench.leaderboard import load_reference_files
-
-    try:
-        files = load_reference_files()
-    except Exception:  # noqa: BLE001 - a broken leaderboard folder is reported elsewhere; show everything
-        files = []
-    minor = {(row.paper, row.table, row.dataset, row.method, row.variant, row.setting)
-             for file in files for row in file.rows if not file.is_main(row)}
+    minor = _minor_rows()
     kept = [r for r in references if (r["paper"], r["paper_table"], r["dataset"], r["method"], r["variant"], r["setting"]) not in minor]
     by_row: dict[tuple, list[dict]] = {}
     for ref in kept:
@@ -223,6 +216,26 @@ def _main_rows(references: list[dict]) -> list[dict]:
             best[name] = (rank, key)
     chosen = {key for _, key in best.values()}
     return [r for r in kept if _ref_key(r) in chosen]
+
+
+_MINOR_CACHE: dict[tuple, frozenset] = {}
+
+
+def _minor_rows() -> frozenset:
+    """Keys of the published rows that are not main results, from the leaderboard files (cached per file state)."""
+    from xmcbench.leaderboard import load_reference_files, reference_dir
+
+    try:
+        folder = reference_dir()
+        state = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*.yaml")))
+        if state not in _MINOR_CACHE:
+            files = load_reference_files(folder)
+            _MINOR_CACHE.clear()
+            _MINOR_CACHE[state] = frozenset((row.paper, row.table, row.dataset, row.method, row.variant, row.setting)
+                                            for file in files for row in file.rows if not file.is_main(row))
+        return _MINOR_CACHE[state]
+    except Exception:  # noqa: BLE001 - a broken leaderboard folder is reported elsewhere; show everything
+        return frozenset()
 
 
 def _curate(table: Table) -> None:
