@@ -13,7 +13,7 @@ import sys
 import typer
 
 from xmcbench import __version__
-from xmcbench.cli import compare, datasets, evaluate, ingest, run, runs, site, smoke, table
+from xmcbench.cli import compare, datasets, evaluate, ingest, recipes, run, runs, site, smoke, table
 
 app = typer.Typer(
     name="xmcbench",
@@ -82,6 +82,7 @@ app.command("ingest")(ingest.ingest)
 app.add_typer(datasets.app, name="datasets")
 app.command("evaluate")(evaluate.evaluate)
 app.command("site")(site.site)
+app.add_typer(recipes.app, name="recipes")
 
 
 def main() -> None:
