@@ -7,6 +7,7 @@ or a command function. Heavy imports (torch, transformers) happen inside command
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 
@@ -83,6 +84,37 @@ app.add_typer(datasets.app, name="datasets")
 app.command("evaluate")(evaluate.evaluate)
 app.command("site")(site.site)
 app.add_typer(recipes.app, name="recipes")
+
+
+def reflow(text: str | None) -> str | None:
+    """A docstring as --help should show it: lines of one paragraph joined (the terminal wraps them).
+
+    Paragraphs (blank-line separated) stay apart, and so do lines that start a list item ("- ")
+    or are indented (examples).
+    """
+    if not text:
+        return text
+    paragraphs = []
+    for block in inspect.cleandoc(text).split("\n\n"):
+        lines: list[str] = []
+        for line in block.splitlines():
+            if lines and line.strip() and not line.startswith((" ", "-", "*")) and not lines[-1].startswith(" "):
+                lines[-1] = lines[-1].rstrip() + " " + line.strip()
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    for info in typer_app.registered_commands:
+        if info.help is None and info.callback is not None:
+            info.help = reflow(info.callback.__doc__)
+    for group in typer_app.registered_groups:
+        _reflow_help(group.typer_instance)
+
+
+_reflow_help(app)
 
 
 def main() -> None:
