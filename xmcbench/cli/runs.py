@@ -57,26 +57,32 @@ def list_runs(
     if not runs:
         console.print(f"no runs in {path} match; index run directories with `xmcbench ingest DIR`", highlight=False, markup=False)
         return
+    columns = [("run id", "left"), ("status", "left"), ("dataset", "left"), ("split", "left"),
+               ("method", "left"), ("encoder", "left"), ("P@1", "right"), ("created (UTC)", "left")]
+    rows = [[run["run_id"], run["status"], run["dataset"], run["split"], run["method"], run["encoder"] or "–",
+             f"{p1[run['run_id']]:.2f}" if run["run_id"] in p1 else "–",
+             f"{run['created_at']:%Y-%m-%d %H:%M}" if run["created_at"] else "–"] for run in runs]
+    # In a narrow terminal, whole columns go (least needed first) rather than squeezing any: the
+    # run id in particular stays whole, for `runs show` and `compare`.
+    keep = list(range(len(columns)))
+    if console.is_terminal:
+        natural = [max(len(columns[i][0]), *(len(r[i]) for r in rows)) + 3 for i in range(len(columns))]
+        for drop in (5, 3, 7, 2):  # encoder, split, created, dataset
+            if sum(natural[i] for i in keep) + 1 <= console.width:
+                break
+            keep.remove(drop)
     table = Table(title=f"{len(runs)} runs in {escape(str(path))}")
-    longest = max(len(r["run_id"]) for r in runs)
-    for header, justify in (("run id", "left"), ("status", "left"), ("dataset", "left"), ("split", "left"),
-                            ("method", "left"), ("encoder", "left"), ("P@1", "right"), ("created (UTC)", "left")):
-        if header == "run id":  # whole, never cut: `runs show` and `compare` need it
-            table.add_column(header, justify=justify, no_wrap=True, min_width=longest)
-        else:
-            table.add_column(header, justify=justify, overflow="fold")
-    for run in runs:
+    for i in keep:
+        header, justify = columns[i]
+        table.add_column(header, justify=justify, no_wrap=True)
+    for run, row in zip(runs, rows, strict=True):
+        cells = [escape(row[i]) for i in keep]
         style = _STATUS_STYLE.get(run["status"], "")
-        table.add_row(
-            escape(run["run_id"]),
-            f"[{style}]{escape(run['status'])}[/]" if style else escape(run["status"]),
-            escape(run["dataset"]),
-            escape(run["split"]),
-            escape(run["method"]),
-            escape(run["encoder"] or "–"),
-            f"{p1[run['run_id']]:.2f}" if run["run_id"] in p1 else "–",
-            f"{run['created_at']:%Y-%m-%d %H:%M}" if run["created_at"] else "–",
-        )
+        if style and 1 in keep:
+            cells[keep.index(1)] = f"[{style}]{cells[keep.index(1)]}[/]"
+        table.add_row(*cells)
+    if len(keep) < len(columns):
+        table.caption = "not shown for lack of width: " + ", ".join(columns[i][0] for i in range(len(columns)) if i not in keep)
     print_rich(table)
 
 
