@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -49,7 +50,8 @@ def test_runs_list_formats(db):
     assert f"| {RUN_ID} |" in _ok(["runs", "list", "--db", str(db), "--format", "markdown"])
     # rich at 80 columns, piped: the whole id, copyable
     assert RUN_ID in _ok(["runs", "list", "--db", str(db)])
-    assert RUN_ID in _ok(["runs", "list", "--db", str(db)], env={"COLUMNS": "80", "TTY_COMPATIBLE": "1"})
+    terminal = _ok(["runs", "list", "--db", str(db)], env={"COLUMNS": "80", "TTY_COMPATIBLE": "1"})
+    assert RUN_ID in re.sub(r"\x1b\[[0-9;]*m", "", terminal) and "not shown for lack of width" in terminal
 
 
 def test_runs_show_json_and_loss_curve(db):

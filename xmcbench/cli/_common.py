@@ -117,7 +117,7 @@ def emit_rows(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = 
 def print_rich(renderable: Any) -> None:
     """A rich renderable on stdout: fitted to a terminal, or at full width (no colours) when piped."""
     if console.is_terminal:
-        console.print(renderable)
+        console.print(renderable, highlight=False)  # ids stay one colour (and copy as one word)
         return
     plain = Console(width=400, file=io.StringIO(), record=True, color_system=None)
     plain.print(renderable)
