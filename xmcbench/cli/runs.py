@@ -67,14 +67,15 @@ def list_runs(
     keep = list(range(len(columns)))
     if console.is_terminal:
         natural = [max(len(columns[i][0]), *(len(r[i]) for r in rows)) + 3 for i in range(len(columns))]
-        for drop in (5, 3, 7, 2):  # encoder, split, created, dataset
+        for drop in (5, 3, 7, 2, 1, 4):  # encoder, split, created, dataset, status, method
             if sum(natural[i] for i in keep) + 1 <= console.width:
                 break
             keep.remove(drop)
     table = Table(title=f"{len(runs)} runs in {escape(str(path))}")
     for i in keep:
         header, justify = columns[i]
-        table.add_column(header, justify=justify, no_wrap=True)
+        table.add_column(header, justify=justify, no_wrap=True,
+                         min_width=max(len(r[0]) for r in rows) if i == 0 else None)
     for run, row in zip(runs, rows, strict=True):
         cells = [escape(row[i]) for i in keep]
         style = _STATUS_STYLE.get(run["status"], "")
