@@ -271,7 +271,8 @@ def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     step = 10 ** math.floor(math.log10(max(hi - lo, 1e-9)))
     if (hi - lo) / step < 4:
         step /= 2
-    return [lo + i * step for i in range(int((hi - lo) / step) + 2) if lo + i * step <= hi + 1e-9]
+    first = math.ceil(lo / step) * step  # round numbers only
+    return [round(first + i * step, 10) for i in range(int((hi - first) / step) + 1)]
 
 
 def _axes(xlo: float, xhi: float, ylo: float, yhi: float, xlabel: str, ylabel: str, xlog: bool):
@@ -323,7 +324,8 @@ def _legend(parts: list[str]) -> None:
 def _scatter(points: list[dict], xkey: str, metric: str, xlabel: str, pareto: bool = False) -> str:
     pts = [p for p in points if p["y"] is not None and p[xkey] is not None and p[xkey] > 0]
     if not pts:
-        return _empty(f"no row reports both {metric} and {xlabel.split(' (')[0]}")
+        return _empty(f"no row reports both {metric} and {xlabel.split(' (')[0]}"
+                      + (" (CPU runs: 0 GPU-hours)" if xkey == "gpu_hours" else ""))
     xs, ys = [p[xkey] for p in pts], [p["y"] for p in pts]
     xlo, xhi = min(xs) / 1.5, max(xs) * 1.5
     ylo, yhi = math.floor(min(ys) / 5) * 5, math.ceil(max(ys) / 5) * 5 + (5 if min(ys) == max(ys) else 0)
