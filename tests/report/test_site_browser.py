@@ -161,7 +161,8 @@ def test_screenshots_show_table_and_plots(site):
     shots.mkdir(parents=True, exist_ok=True)
     for page, size in (("index.html", "1280,900"), ("LF-AmazonTitles-131K.html", "1280,1400")):
         png = shots / (page.replace(".html", ".png"))
-        result = _chromium(f"--screenshot={png}", f"--window-size={size}", "--hide-scrollbars", (site / page).as_uri())
+        result = _chromium(f"--screenshot={png}", f"--window-size={size}", "--hide-scrollbars",
+                           "--virtual-time-budget=3000", (site / page).as_uri())  # painted in full first
         assert result.returncode == 0 and png.is_file(), result.stderr[-2000:]
         width, height, pixels = _png_pixels(png)
         assert (width, height) == tuple(int(v) for v in size.split(","))

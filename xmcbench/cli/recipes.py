@@ -21,7 +21,8 @@ def list_recipes(
     """Every shipped recipe: its name (for `xmcbench run NAME`), method, dataset and description."""
     import yaml
 
-    from xmcbench.run.shipped import list_recipes as shipped, recipes_dir
+    from xmcbench.run.shipped import list_recipes as shipped
+    from xmcbench.run.shipped import recipes_dir
 
     check_format(format)
     rows = []
