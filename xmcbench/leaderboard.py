@@ -29,9 +29,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from xmcbench.metrics.names import FAMILIES, is_metric_name
-
 from xmcbench.errors import DataFormatError, XmcbenchError
+from xmcbench.metrics.names import FAMILIES, is_metric_name
 from xmcbench.registry import did_you_mean
 
 ENV_DIR = "XMCBENCH_LEADERBOARD_DIR"
@@ -101,6 +100,9 @@ class ReferenceRow(BaseModel):
     gpu_type: str | None = None
     train_time_hours: float | None = Field(default=None, gt=0)
     test_queries: int | None = Field(default=None, gt=0)  # set only when not the full test set
+    # Is this row one of the paper's main results? None: decided by the file's ``main_tables``;
+    # true / false overrides that for one row (an ablation row inside a main table, say).
+    main: bool | None = None
     notes: str | None = None
 
     @field_validator("dataset", mode="before")
@@ -181,8 +183,18 @@ class ReferenceFile(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     paper: PaperCitation
+    # the tables that hold the paper's main results (the others are ablations, budget comparisons,
+    # appendix variants); absent: every table is main. ``xmcbench table`` shows main rows only
+    # unless asked for --all-published.
+    main_tables: list[str] | None = None
     tables: dict[str, str]
     rows: list[ReferenceRow] = Field(min_length=1)
+
+    def is_main(self, row: ReferenceRow) -> bool:
+        """Whether ``row`` is one of the paper's main results (its own ``main``, else its table)."""
+        if row.main is not None:
+            return row.main
+        return self.main_tables is None or row.table in self.main_tables
 
     @field_validator("tables")
     @classmethod
@@ -270,6 +282,13 @@ def _check_consistency(path: Path, text: str, file: ReferenceFile) -> None:
             f"paper.id is {file.paper.id!r} but the file is named {path.name}; "
             f"name the file {file.paper.id}.yaml",
         )
+    for name in file.main_tables or []:
+        if name not in file.tables:
+            raise DataFormatError(
+                path, _line_of(text, ("main_tables",)),
+                f"main_tables names {name!r}, which has no caption under 'tables:'"
+                f"{did_you_mean(name, list(file.tables))}",
+            )
     seen: dict[tuple, int] = {}
     for index, row in enumerate(file.rows):
         if row.paper != file.paper.id:

@@ -9,6 +9,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 T = TypeVar("T")
+_ENABLED = {"bars": True}
+
+
+def set_enabled(enabled: bool) -> None:
+    """Switch every progress bar of this process on or off (the CLI: off with --quiet or when stderr is no terminal)."""
+    _ENABLED["bars"] = bool(enabled)
+
+
+def bars_enabled(enabled: bool = True) -> bool:
+    """Whether a bar asked for with ``enabled`` shows: on, globally enabled, and stderr a terminal."""
+    return enabled and _ENABLED["bars"] and Console(stderr=True).is_terminal
 
 
 def make_progress(transient: bool = False) -> Progress:
@@ -25,7 +36,7 @@ def make_progress(transient: bool = False) -> Progress:
 
 def track(items: Iterable[T], description: str, total: int | None = None, enabled: bool = True) -> Iterator[T]:
     """Iterate with a progress bar when enabled (and the output is a terminal or forced)."""
-    if not enabled:
+    if not bars_enabled(enabled):
         yield from items
         return
     with make_progress(transient=True) as progress:
@@ -35,7 +46,7 @@ def track(items: Iterable[T], description: str, total: int | None = None, enable
 @contextmanager
 def task(description: str, total: float | None, enabled: bool = True):
     """A bar advanced by hand: ``with task("encode", n) as advance: advance(batch)``."""
-    if not enabled:
+    if not bars_enabled(enabled):
         yield lambda n=1: None
         return
     with make_progress(transient=True) as progress:

@@ -147,3 +147,18 @@ def test_cli_prints_differences_and_marks_significant(tmp_path, store, dataset):
     assert p1.rstrip(" │").endswith("*") and "+" in p1
     refused = CliRunner().invoke(app, ["compare", "run-good", "nope", "--db", str(store.path)])
     assert refused.exit_code == 1 and "no run 'nope'" in refused.output
+
+
+def test_cli_json_output(tmp_path, store, dataset):
+    truth = dataset.labels("test")
+    _run(tmp_path, store, "run-good", dataset, _predictions(truth, 0.9, seed=1))
+    _run(tmp_path, store, "run-bad", dataset, _predictions(truth, 0.2, seed=2))
+    result = CliRunner().invoke(app, ["compare", "run-good", "run-bad", "--db", str(store.path), "--n-boot", "100",
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    data = json.loads(result.stdout)
+    assert data["run_a"] == "run-good" and data["run_b"] == "run-bad" and data["n_boot"] == 100
+    p1 = next(r for r in data["rows"] if r["metric"] == "P@1")
+    assert set(p1) == {"metric", "a", "b", "diff", "lo", "hi", "significant"} and p1["significant"] is True

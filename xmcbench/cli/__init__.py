@@ -7,13 +7,14 @@ or a command function. Heavy imports (torch, transformers) happen inside command
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 
 import typer
 
 from xmcbench import __version__
-from xmcbench.cli import compare, datasets, evaluate, hub, ingest, run, runs, smoke, table
+from xmcbench.cli import compare, datasets, evaluate, hub, ingest, recipes, run, runs, site, smoke, table
 
 app = typer.Typer(
     name="xmcbench",
@@ -33,13 +34,43 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors on stderr; no progress bars."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug lines too (and the model libraries' own info)."),
 ) -> None:
     """Benchmarks and leaderboards for extreme multi-label classification (XMC).
 
     Data, runs and the results database live under $XMCBENCH_HOME (default: ~/.cache/xmcbench).
+    Runs log phases, epochs and evaluation to stderr (one line each, fit for a log file);
+    --quiet keeps warnings only, --verbose adds debug lines.
     """
-    # Library warnings (a busy database, a lost heartbeat) go to stderr, one line each.
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    configure_logging(quiet=quiet, verbose=verbose)
+
+
+def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
+    """xmcbench's log lines on stderr: INFO by default, WARNING with --quiet, DEBUG with --verbose.
+
+    Progress bars appear only when stderr is a terminal (and not with --quiet); otherwise the
+    model libraries' own bars are switched off too, so a log file holds lines, not bar redraws.
+    """
+    import os
+
+    from xmcbench import progress
+
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    package = logging.getLogger("xmcbench")
+    package.handlers[:] = [handler]
+    package.setLevel(level)
+    package.propagate = False
+    # other libraries: warnings only (their info lines are noise at a run's rate), unless --verbose
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    bars = not quiet and sys.stderr.isatty()
+    progress.set_enabled(bars)
+    if not bars:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 app.command("run")(run.run)
@@ -53,6 +84,39 @@ app.add_typer(datasets.app, name="datasets")
 app.command("evaluate")(evaluate.evaluate)
 app.command("push")(hub.push)
 app.command("push-results")(hub.push_results)
+app.command("site")(site.site)
+app.add_typer(recipes.app, name="recipes")
+
+
+def reflow(text: str | None) -> str | None:
+    """A docstring as --help should show it: lines of one paragraph joined (the terminal wraps them).
+
+    Paragraphs (blank-line separated) stay apart, and so do lines that start a list item ("- ")
+    or are indented (examples).
+    """
+    if not text:
+        return text
+    paragraphs = []
+    for block in inspect.cleandoc(text).split("\n\n"):
+        lines: list[str] = []
+        for line in block.splitlines():
+            if lines and line.strip() and not line.startswith((" ", "-", "*")) and not lines[-1].startswith(" "):
+                lines[-1] = lines[-1].rstrip() + " " + line.strip()
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    for info in typer_app.registered_commands:
+        if info.help is None and info.callback is not None:
+            info.help = reflow(info.callback.__doc__)
+    for group in typer_app.registered_groups:
+        _reflow_help(group.typer_instance)
+
+
+_reflow_help(app)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import json
 import math
 from typing import Any, Callable, TypeVar
@@ -61,3 +62,63 @@ def parse_int_list(text: str, what: str = "k") -> tuple[int, ...]:
     if not values or any(v <= 0 for v in values):
         raise XmcbenchError(f"--{what} expects comma-separated positive integers like 1,3,5; got {text!r}")
     return values
+
+
+# -- listing formats ---------------------------------------------------------------------------
+
+LIST_FORMATS = ("rich", "markdown", "csv", "json")
+FormatHelp = "rich (terminal table), markdown, csv or json (stable keys: see README 'Machine-readable output')."
+
+
+def check_format(fmt: str, allowed: tuple[str, ...] = LIST_FORMATS) -> str:
+    if fmt not in allowed:
+        raise XmcbenchError(f"unknown --format {fmt!r}; choose one of {', '.join(allowed)}")
+    return fmt
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}".rstrip("0").rstrip(".") if math.isfinite(value) else ""
+    if isinstance(value, (list, tuple)):
+        return ";".join(_cell(v) for v in value)
+    return str(value)
+
+
+def emit_rows(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None) -> None:
+    """Print dict rows as markdown, csv or json (a list of objects; json keeps every key)."""
+    import csv
+    import io
+
+    if fmt == "json":
+        typer.echo(strict_json(rows, indent=2, ensure_ascii=False, default=str))
+        return
+    columns = columns or list(dict.fromkeys(key for row in rows for key in row))
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_cell(row.get(c)) for c in columns])
+        typer.echo(buffer.getvalue(), nl=False)
+        return
+    if fmt == "markdown":
+        def esc(text: str) -> str:
+            return text.replace("|", "\\|")
+
+        lines = ["| " + " | ".join(esc(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(esc(_cell(row.get(c))) for c in columns) + " |" for row in rows]
+        typer.echo("\n".join(lines))
+        return
+    raise XmcbenchError(f"unknown --format {fmt!r}; choose one of {', '.join(LIST_FORMATS)}")
+
+
+def print_rich(renderable: Any) -> None:
+    """A rich renderable on stdout: fitted to a terminal, or at full width (no colours) when piped."""
+    if console.is_terminal:
+        console.print(renderable, highlight=False)  # ids stay one colour (and copy as one word)
+        return
+    plain = Console(width=400, file=io.StringIO(), record=True, color_system=None)
+    plain.print(renderable)
+    typer.echo("\n".join(line.rstrip() for line in plain.export_text().splitlines()))

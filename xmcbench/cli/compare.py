@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, handle_errors
+from xmcbench.cli._common import FormatHelp, check_format, console, emit_rows, handle_errors, print_rich, strict_json
 
 
 @handle_errors
@@ -19,6 +19,7 @@ def compare(
     db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
     n_boot: Annotated[int, typer.Option("--n-boot", min=1, help="Bootstrap replicates.")] = 1000,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap resampling.")] = 0,
+    format: Annotated[str, typer.Option("--format", "-f", help=FormatHelp)] = "rich",
 ) -> None:
     """Paired bootstrap of A − B per metric over the same test queries, with 95% intervals.
 
@@ -29,8 +30,19 @@ def compare(
     from xmcbench.report.compare import compare_runs
     from xmcbench.store import Store
 
+    check_format(format)
     with Store.open(db, read_only=True) as store:
         result = compare_runs(store, run_a, run_b, n_boot=n_boot, seed=seed)
+    rows = [{"metric": r.name, "a": r.value_a, "b": r.value_b, "diff": r.diff, "lo": r.lo, "hi": r.hi,
+             "significant": bool(r.significant)} for r in result.rows]
+    if format == "json":
+        typer.echo(strict_json({"run_a": result.run_a, "run_b": result.run_b, "dataset": result.dataset,
+                                "split": result.split, "n_queries": result.n_queries, "n_boot": result.n_boot,
+                                "rows": rows}, indent=2, ensure_ascii=False))
+        return
+    if format != "rich":
+        emit_rows(rows, format)
+        return
     table = Table(
         title=f"A − B on {escape(result.dataset)} {escape(str(result.split))} ({result.n_queries:,} queries, {result.n_boot} paired resamples)",
         caption="* the 95% interval excludes 0",
@@ -43,4 +55,4 @@ def compare(
         diff = f"[{colour}]{row.diff:+.2f}[/]" if row.significant else f"{row.diff:+.2f}"
         table.add_row(escape(row.name), f"{row.value_a:.2f}", f"{row.value_b:.2f}", diff, f"[{row.lo:+.2f}, {row.hi:+.2f}]", mark)
     console.print(f"A = {escape(result.run_a)}\nB = {escape(result.run_b)}", highlight=False)
-    console.print(table)
+    print_rich(table)

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmcbench import paths
-from xmcbench.cli._common import console, handle_errors, strict_json
+from xmcbench.cli._common import FormatHelp, check_format, console, emit_rows, handle_errors, print_rich, strict_json
 from xmcbench.errors import XmcbenchError
 
 app = typer.Typer(
@@ -34,9 +34,25 @@ def _count(value: int | None) -> str:
 
 @app.command("list")
 @handle_errors
-def list_datasets() -> None:
+def list_datasets(
+    format: Annotated[str, typer.Option("--format", "-f", help=FormatHelp)] = "rich",
+) -> None:
     """Every known dataset: sizes (paper / here), query text, propensity A/B, and what is on this machine."""
     from xmcbench.data import dataset_status, list_specs, load_prepared
+
+    check_format(format)
+    if format != "rich":
+        rows = []
+        for spec in list_specs():
+            state = dataset_status(spec)
+            here = load_prepared(paths.dataset_prepared_dir(spec.name)).meta["counts"] if state == "prepared" else {}
+            rows.append({"name": spec.name, "synthetic": bool(spec.synthetic),
+                         **{split: spec.paper_counts.get(split) for split in ("train", "test", "labels")},
+                         **{f"{split}_here": here.get(split) for split in ("train", "test", "labels")},
+                         "query_text": spec.query_text, "propensity_a": spec.propensity_a,
+                         "propensity_b": spec.propensity_b, "status": state})
+        emit_rows(rows, format)
+        return
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("dataset", no_wrap=True)
@@ -61,7 +77,7 @@ def list_datasets() -> None:
             cells.append(cell)
         name = escape(spec.name) + (" [dim](synthetic)[/]" if spec.synthetic else "")
         table.add_row(name, *cells, escape(spec.query_text), f"{spec.propensity_a:g}/{spec.propensity_b:g}", status)
-    console.print(table)
+    print_rich(table)
     console.print(f"[dim]data folder: {escape(str(paths.datasets_dir()))}[/]", highlight=False)
 
 

@@ -27,6 +27,7 @@ class Format(str, Enum):
     rich = "rich"
     json = "json"
     markdown = "markdown"
+    csv = "csv"
 
 
 @handle_errors
@@ -46,7 +47,7 @@ def evaluate(
     k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.")] = "1,3,5",
     fmt: Annotated[Format, typer.Option(
         "--format", help="rich: a table with two decimals; json: one JSON object metric -> value (4 decimals; "
-        "\\[value, lo, hi] with --ci); markdown: a table.")] = Format.rich,
+        "\\[value, lo, hi] with --ci); markdown: a table; csv: metric,value(,lo,hi) rows.")] = Format.rich,
     dataset: Annotated[Optional[str], typer.Option(
         "--dataset", help="Use this prepared dataset's test labels, filter pairs, training labels and propensity A/B "
         "instead of --truth/--train-truth/--filter.")] = None,
@@ -121,6 +122,12 @@ def evaluate(
     if fmt == Format.json:
         values = {n: round(v[0], 4) if len(v) == 1 else [round(x, 4) for x in v] for n, v in scores.items()}
         typer.echo(strict_json(values))
+        return
+    if fmt == Format.csv:
+        header = "metric,value" + (",ci_lo,ci_hi" if any(len(v) > 1 for v in scores.values()) else "")
+        typer.echo(header)
+        for name, v in scores.items():
+            typer.echo(",".join([name, *(f"{x:.4f}" for x in v)]))
         return
     note = f"{true_labels.shape[0]:,} queries, {true_labels.shape[1]:,} labels"
     if weights is not None:

@@ -30,7 +30,7 @@ def print_scores(record: dict) -> None:
 
 @handle_errors
 def run(
-    recipe: Annotated[Optional[Path], typer.Argument(help="Recipe YAML file (not needed with --resume).")] = None,
+    recipe: Annotated[Optional[str], typer.Argument(help="Recipe YAML file, or a shipped recipe's name such as smoke/tfidf (see `xmcbench recipes list`; not needed with --resume).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a recipe key: --set training.epochs=3 (repeatable; value parsed as YAML).")] = None,
     db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
     runs_dir: Annotated[Optional[Path], typer.Option(help="Where run directories go (default: $XMCBENCH_HOME/runs).")] = None,
@@ -43,9 +43,11 @@ def run(
     run goes; Ctrl-C leaves it 'interrupted' and `--resume RUN_ID` continues from the last phase done.
     """
     from xmcbench.run import run_recipe
+    from xmcbench.run.shipped import resolve_recipe
 
     if (recipe is None) == (resume is None):
         raise XmcbenchError("give a recipe file or --resume RUN_ID (not both)")
+    recipe = resolve_recipe(recipe) if recipe is not None else None
     loaded = load_recipe(recipe, set_ or []) if recipe is not None else None
     command = "xmcbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
@@ -69,9 +71,24 @@ def validate(
     recipes: Annotated[list[Path], typer.Argument(help="Recipe files to check.")],
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Overrides to check as well (a.b=c).")] = None,
 ) -> None:
-    """Check recipes without running them; report every problem at once (file, key, hint)."""
+    """Check recipes without running them; report every problem at once (file, key, hint).
+
+    Include-only fragments (files under a recipes base/ folder) are skipped: they are checked
+    through the recipes that include them.
+    """
+    from xmcbench.run.shipped import FRAGMENTS
+
     bad = 0
     for path in recipes:
+        if path.is_dir():
+            err_console.print(f"[red]✗[/] {escape(str(path))}: a folder; give recipe files (e.g. {escape(str(path))}/*.yaml)",
+                              highlight=False, soft_wrap=True)
+            bad += 1
+            continue
+        if path.parent.name in FRAGMENTS:
+            console.print(f"[dim]– {escape(str(path))} (include fragment, checked through the recipes that include it)[/]",
+                          highlight=False)
+            continue
         _, problems = check_recipe(path, set_ or [])
         if problems:
             bad += 1

@@ -10,7 +10,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, err_console, handle_errors
+from xmcbench.cli._common import (
+    FormatHelp,
+    check_format,
+    console,
+    emit_rows,
+    err_console,
+    handle_errors,
+    print_rich,
+    strict_json,
+)
 
 app = typer.Typer(help="List and inspect the runs indexed in the results database.", no_args_is_help=True)
 
@@ -28,35 +37,54 @@ def list_runs(
     method: Annotated[Optional[str], typer.Option("--method", "-m", help="Only runs of this method.")] = None,
     status: Annotated[Optional[RunStatus], typer.Option(help="Only runs with this status (a running run whose process is gone counts as interrupted).")] = None,
     db: DbOption = None,
+    format: Annotated[str, typer.Option("--format", "-f", help=FormatHelp)] = "rich",
 ) -> None:
     """Indexed runs, newest first, with their P@1 and GPU-hours."""
     from xmcbench.store import Store
 
+    check_format(format)
     with Store.open(db, read_only=True) as store:
         _note(store)
         runs = store.runs(dataset=dataset, method=method, status=status.value if status else None)
         p1 = {s["run_id"]: s["value"] for s in store.scores(dataset=dataset, method=method, names=["P@1"])}
         path = store.path
+    if format != "rich":
+        emit_rows([{"run_id": r["run_id"], "status": r["status"], "dataset": r["dataset"], "split": r["split"],
+                    "method": r["method"], "encoder": r["encoder"], "supervision": r.get("supervision"),
+                    "P@1": p1.get(r["run_id"]),
+                    "created_at": r["created_at"].isoformat() if r["created_at"] else None} for r in runs], format)
+        return
     if not runs:
         console.print(f"no runs in {path} match; index run directories with `xmcbench ingest DIR`", highlight=False, markup=False)
         return
+    columns = [("run id", "left"), ("status", "left"), ("dataset", "left"), ("split", "left"),
+               ("method", "left"), ("encoder", "left"), ("P@1", "right"), ("created (UTC)", "left")]
+    rows = [[run["run_id"], run["status"], run["dataset"], run["split"], run["method"], run["encoder"] or "–",
+             f"{p1[run['run_id']]:.2f}" if run["run_id"] in p1 else "–",
+             f"{run['created_at']:%Y-%m-%d %H:%M}" if run["created_at"] else "–"] for run in runs]
+    # In a narrow terminal, whole columns go (least needed first) rather than squeezing any: the
+    # run id in particular stays whole, for `runs show` and `compare`.
+    keep = list(range(len(columns)))
+    if console.is_terminal:
+        natural = [max(len(columns[i][0]), *(len(r[i]) for r in rows)) + 3 for i in range(len(columns))]
+        for drop in (5, 3, 7, 2, 1, 4):  # encoder, split, created, dataset, status, method
+            if sum(natural[i] for i in keep) + 1 <= console.width:
+                break
+            keep.remove(drop)
     table = Table(title=f"{len(runs)} runs in {escape(str(path))}")
-    for header, justify in (("run id", "left"), ("status", "left"), ("dataset", "left"), ("split", "left"),
-                            ("method", "left"), ("encoder", "left"), ("P@1", "right"), ("created (UTC)", "left")):
-        table.add_column(header, justify=justify)
-    for run in runs:
+    for i in keep:
+        header, justify = columns[i]
+        table.add_column(header, justify=justify, no_wrap=True,
+                         min_width=max(len(r[0]) for r in rows) if i == 0 else None)
+    for run, row in zip(runs, rows, strict=True):
+        cells = [escape(row[i]) for i in keep]
         style = _STATUS_STYLE.get(run["status"], "")
-        table.add_row(
-            escape(run["run_id"]),
-            f"[{style}]{escape(run['status'])}[/]" if style else escape(run["status"]),
-            escape(run["dataset"]),
-            escape(run["split"]),
-            escape(run["method"]),
-            escape(run["encoder"] or "–"),
-            f"{p1[run['run_id']]:.2f}" if run["run_id"] in p1 else "–",
-            f"{run['created_at']:%Y-%m-%d %H:%M}" if run["created_at"] else "–",
-        )
-    console.print(table)
+        if style and 1 in keep:
+            cells[keep.index(1)] = f"[{style}]{cells[keep.index(1)]}[/]"
+        table.add_row(*cells)
+    if len(keep) < len(columns):
+        table.caption = "not shown for lack of width: " + ", ".join(columns[i][0] for i in range(len(columns)) if i not in keep)
+    print_rich(table)
 
 
 @app.command("show")
@@ -64,14 +92,28 @@ def list_runs(
 def show(
     run_id: Annotated[str, typer.Argument(help="Run id, or a prefix that matches one run.")],
     db: DbOption = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="rich, markdown, csv or json. json: the run record with "
+                                        "'status' (effective), 'run_dir' and 'train_log' (per-epoch facts) added; "
+                                        "csv / markdown: its scores.")] = "rich",
 ) -> None:
-    """One run's record: task, scores with 95% CIs, compute, method accounting, provenance."""
+    """One run's record: task, scores with 95% CIs, compute, method accounting, provenance, loss curve."""
     from xmcbench.store import Store
 
+    check_format(format)
     with Store.open(db, read_only=True) as store:
         _note(store)
         run = store.get_run(run_id)
     record = run["record"]
+    train_log = read_train_log(run["run_dir"])
+    if format == "json":
+        typer.echo(strict_json({**record, "status": run["status"], "recorded_status": record.get("status"),
+                                "run_dir": str(run["run_dir"]) if run["run_dir"] else None, "train_log": train_log},
+                               indent=2, ensure_ascii=False, default=str))
+        return
+    if format != "rich":
+        emit_rows([{"metric": s["name"], "value": s["value"], "ci_lo": s.get("ci_lo"), "ci_hi": s.get("ci_hi")}
+                   for s in record.get("scores") or []], format)
+        return
     style = _STATUS_STYLE.get(run["status"], "")
     gone = " (recorded as running; its process is gone)" if run["status"] != record["status"] else ""
     console.print(f"[bold]{escape(record['run_id'])}[/]  [{style}]{escape(str(run['status']))}[/]{gone}", highlight=False)
@@ -91,6 +133,55 @@ def show(
     if packages:
         provenance["packages"] = ", ".join(f"{name} {version}" for name, version in sorted(packages.items()))
     console.print(_fields("provenance", provenance))
+    if train_log:
+        console.print(loss_curve(train_log), highlight=False, markup=False)
+
+
+def read_train_log(run_dir) -> list[dict[str, Any]]:
+    """The per-epoch facts of a run (``train_log.jsonl`` in its folder); [] when there are none."""
+    import json
+
+    if not run_dir:
+        return []
+    path = Path(run_dir) / "train_log.jsonl"
+    entries = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            entries.append(json.loads(line))
+        except ValueError:  # a line cut short by a crash
+            continue
+    return entries
+
+
+def loss_curve(entries: list[dict[str, Any]], height: int = 8, width: int = 50) -> str:
+    """A small text plot of the loss per epoch (or, without losses, the epochs' facts as lines)."""
+    points = [(e.get("epoch"), e.get("loss")) for e in entries if e.get("loss") is not None]
+    lines = ["training (train_log.jsonl)"]
+    for e in entries:
+        bits = [f"epoch {e.get('epoch')}/{e.get('epochs')}"]
+        bits += [f"{k} {e[k]:.4g}" for k in ("loss", "lr", "queries_per_s", "pool_size") if e.get(k) is not None]
+        lines.append("  " + "  ".join(bits))
+    if len(points) < 2:
+        return "\n".join(lines)
+    values = [v for _, v in points]
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    cols = min(width, len(points))
+    grid = [[" "] * cols for _ in range(height)]
+    for i, v in enumerate(values[:cols] if len(values) <= cols else
+                          [values[round(j * (len(values) - 1) / (cols - 1))] for j in range(cols)]):
+        row = height - 1 - round((v - lo) / span * (height - 1))
+        grid[row][i] = "●"
+    lines.append(f"loss per epoch ({len(points)} epochs)")
+    for r, cells in enumerate(grid):
+        label = f"{hi:9.4g}" if r == 0 else f"{lo:9.4g}" if r == height - 1 else " " * 9
+        lines.append(f"{label} ┤" + "".join(cells))
+    lines.append(" " * 10 + "└" + "─" * cols)
+    return "\n".join(lines)
 
 
 def _note(store) -> None:

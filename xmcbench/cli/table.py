@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from xmcbench.cli._common import console, err_console, handle_errors
+from xmcbench.cli._common import err_console, handle_errors
 from xmcbench.errors import XmcbenchError
 
 
@@ -34,23 +34,38 @@ def parse_propensity(text: str | None) -> tuple[float, float] | None:
 
 @handle_errors
 def table(
-    dataset: Annotated[str, typer.Option("--dataset", "-d", help="Dataset name (case-insensitive), e.g. LF-AmazonTitles-131K.")],
-    metrics: Annotated[Optional[str], typer.Option(help="Comma-separated metric columns, e.g. P@1,P@5,PSP@5 (default: P@1,P@3,P@5,PSP@1,PSP@3,PSP@5, those present). The first one picks each method's best run.")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name (case-insensitive), e.g. LF-AmazonTitles-131K. Without it: an overview of every dataset (best P@1 per method).")] = None,
+    metrics: Annotated[str | None, typer.Option(help="Comma-separated metric columns, e.g. P@1,P@5,PSP@5 (default: P@1,P@3,P@5,PSP@1,PSP@3,PSP@5, those present). The first one picks each method's best run.")] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="rich (terminal), markdown, csv, json or html.")] = "rich",
     all_runs: Annotated[bool, typer.Option("--all-runs", help="Every finished run, not only the best one per method.")] = False,
     latest: Annotated[bool, typer.Option("--latest", help="Each method's newest finished run instead of its best.")] = False,
-    split: Annotated[Optional[str], typer.Option(help="Only runs evaluated on this split.")] = None,
-    dataset_version: Annotated[Optional[str], typer.Option(help="Only runs on this dataset version (a prefix is enough); needed when runs span several.")] = None,
-    propensity: Annotated[Optional[str], typer.Option(help="Only runs scored with these propensity parameters, as A,B (e.g. 0.6,2.6).")] = None,
-    db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
-    results: Annotated[Optional[str], typer.Option("--results", help="Also show the runs shared in a Hub dataset repo, hf://datasets/ORG/NAME[@REV] (de-duplicated by run id).")] = None,
+    split: Annotated[str | None, typer.Option(help="Only runs evaluated on this split.")] = None,
+    dataset_version: Annotated[str | None, typer.Option(help="Only runs on this dataset version (a prefix is enough); needed when runs span several.")] = None,
+    propensity: Annotated[str | None, typer.Option(help="Only runs scored with these propensity parameters, as A,B (e.g. 0.6,2.6).")] = None,
+    setting: Annotated[str | None, typer.Option("--setting", "-s", help="Only this setting: full, few-shot (or few-shot-1%), zero-shot.")] = None,
+    paper: Annotated[str | None, typer.Option("--paper", help="Only published rows of this paper: prime, unidec, dexml, maclr, lmtx.")] = None,
+    method: Annotated[str | None, typer.Option("--method", "-m", help="Only this method (case-insensitive; published rows match the method or the printed name).")] = None,
+    all_published: Annotated[bool, typer.Option("--all-published", help="Every published row (ablations, variants, duplicates across papers), in the papers' order.")] = False,
+    db: Annotated[Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    results: Annotated[str | None, typer.Option("--results", help="Also show the runs shared in a Hub dataset repo, hf://datasets/ORG/NAME[@REV] (de-duplicated by run id).")] = None,
 ) -> None:
     """Show reproduced runs next to the papers' published numbers, with Δ and the best value per metric.
+
+    By default a curated table: each paper's main-table rows, one per method and setting, in
+    sections per setting sorted by the first metric, each reproduced run beside the published row
+    it is compared with (Δ and its 95% interval). Without --dataset: every dataset at once, best
+    P@1 per method. In a terminal the table fits its width (metric columns are dropped from the
+    right, and named, before names are squeezed); piped, it is printed in full as plain text.
 
     Runs on different dataset versions or propensity settings are never mixed in one table: if a
     dataset's runs span several, the command lists them and asks for --dataset-version / --propensity.
     """
-    from xmcbench.report import build_table, render, to_rich
+    from xmcbench.report import FORMATS, build_overview, build_table
+
+    if format not in FORMATS:
+        raise XmcbenchError(f"unknown table format {format!r}; choose one of {', '.join(FORMATS)}")
+    if paper is not None and paper.lower() not in ("prime", "unidec", "dexml", "maclr", "lmtx"):
+        raise XmcbenchError(f"unknown --paper {paper!r}; choose one of prime, unidec, dexml, maclr, lmtx")
 
     # reading only: no database, lock file or migration is made. Published numbers need no
     # database, so with none at the default place they are shown alone; a --db given that is not
@@ -65,22 +80,43 @@ def table(
         note = store.schema_note()
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
-        result = build_table(
-            store,
-            canonical_dataset(dataset),
-            metrics=[m for m in metrics.replace(" ", "").split(",") if m] if metrics else None,
-            all_runs=all_runs,
-            pick="latest" if latest else "best",
-            split=split,
-            dataset_version=dataset_version,
-            propensity=parse_propensity(propensity),
-        )
+        if dataset is None:
+            result = build_overview(store, metric=(metrics or "P@1").split(",")[0].strip(), setting=setting,
+                                    paper=paper, method=method, curated=not all_published)
+        else:
+            result = build_table(
+                store,
+                canonical_dataset(dataset),
+                metrics=[m for m in metrics.replace(" ", "").split(",") if m] if metrics else None,
+                all_runs=all_runs,
+                pick="latest" if latest else "best",
+                split=split,
+                dataset_version=dataset_version,
+                propensity=parse_propensity(propensity),
+                curated=not all_published,
+                setting=setting,
+                paper=paper,
+                method=method,
+            )
     if store.reference_problem:
         err_console.print(f"[yellow]warning:[/] published results not shown: {store.reference_problem}", highlight=False, soft_wrap=True)
-    if format == "rich":
-        console.print(to_rich(result))
-    else:
+    print_table(result, format)
+
+
+def print_table(result, format: str) -> None:
+    """rich: fitted to the terminal's width, or the whole table as plain text when stdout is not a terminal."""
+    from rich.console import Console
+
+    from xmcbench.report import render, to_rich, to_text
+
+    if format != "rich":
         typer.echo(render(result, format), nl=False)
+        return
+    out = Console()
+    if out.is_terminal:
+        out.print(to_rich(result, width=out.width))
+    else:
+        typer.echo(to_text(result, width=None), nl=False)
 
 
 def _open_store(db: Path | None, results: str | None):

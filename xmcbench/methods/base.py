@@ -8,6 +8,11 @@ accounting (batch size, label pool per step, positives and hard negatives per qu
 
 from __future__ import annotations
 
+import json
+import logging
+import math
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, Sequence
@@ -58,6 +63,7 @@ class RunContext:
     accounting: dict[str, Any] = field(default_factory=dict)
     _pool_steps: int = 0
     _pool_sum: int = 0
+    _epoch_clock: dict[str, Any] = field(default_factory=dict)  # log_epoch's state: start time, last step, pool
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -77,10 +83,101 @@ class RunContext:
         self.accounting["pool_size_max"] = max(int(pool_size), int(self.accounting.get("pool_size_max") or 0))
         self.accounting["steps"] = self._pool_steps
 
+    def start_clock(self) -> None:
+        """Mark the start of training (the runner calls it): ``log_epoch`` times epochs from here."""
+        now = time.monotonic()
+        self._epoch_clock.update(start=now, last=now)
+
+    def log_epoch(self, epoch: int, epochs: int, step: int | None = None, loss: Any = None, scheduler: Any = None,
+                  queries: int | None = None, **facts: Any) -> dict[str, Any]:
+        """Called once at the end of each training epoch (1-based ``epoch`` of ``epochs``).
+
+        Logs one line to the ``xmcbench.train`` logger (INFO: stderr by default, whether or not a
+        terminal is attached) and appends the same facts as one JSON object to
+        ``train_log.jsonl`` in the run folder: epoch, step, loss (the last step's, when the
+        method passes it), learning rate (from ``scheduler``), queries/s (``queries`` trained
+        this epoch over its wall time), the mean label pool per step this epoch, elapsed and
+        estimated remaining seconds, plus any extra ``facts``. Returns the entry.
+        """
+        now = time.monotonic()
+        clock = self._epoch_clock
+        start = clock.setdefault("start", clock.get("last", now))
+        last = clock.get("last", start)
+        seconds = max(now - last, 1e-9)
+        entry: dict[str, Any] = {"epoch": int(epoch), "epochs": int(epochs)}
+        if step is not None:
+            entry["step"] = int(step)
+        if loss is not None:
+            value = float(loss.detach().float().mean()) if hasattr(loss, "detach") else float(loss)
+            entry["loss"] = value if math.isfinite(value) else None
+        lr = _learning_rate(scheduler)
+        if lr is not None:
+            entry["lr"] = lr
+        if queries:
+            entry["queries_per_s"] = round(queries / seconds, 2)
+        steps, pool = self._pool_steps - clock.get("pool_steps", 0), self._pool_sum - clock.get("pool_sum", 0)
+        if steps > 0:
+            entry["pool_size"] = round(pool / steps, 1)
+        elif self.accounting.get("pool_size_mean") is not None:
+            entry["pool_size"] = round(float(self.accounting["pool_size_mean"]), 1)
+        elapsed = now - start
+        done_epochs = clock.get("epochs_timed", 0) + 1
+        entry["elapsed_s"] = round(elapsed, 1)
+        entry["remaining_s"] = round(elapsed / done_epochs * max(int(epochs) - int(epoch), 0), 1)
+        entry.update(facts)
+        entry["at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        clock.update(last=now, pool_steps=self._pool_steps, pool_sum=self._pool_sum, epochs_timed=done_epochs)
+        if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone logs and writes
+            return entry
+        _train_log.info(_epoch_line(entry))
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.run_dir / TRAIN_LOG, "a", encoding="utf-8") as fh:  # append-only, one object a line
+                fh.write(json.dumps(entry, allow_nan=False) + "\n")
+        except OSError as exc:  # a full disk must not stop training; the line above was logged
+            _train_log.warning("could not append to %s: %s", self.run_dir / TRAIN_LOG, exc)
+        return entry
+
     def seed_everything(self) -> None:
         from xmcbench.train.precision import seed_everything
 
         seed_everything(self.seed)
+
+
+TRAIN_LOG = "train_log.jsonl"
+_train_log = logging.getLogger("xmcbench.train")
+
+
+def _learning_rate(scheduler: Any) -> float | None:
+    """The current learning rate of a torch scheduler (or of the first of several joined ones)."""
+    while scheduler is not None and not hasattr(scheduler, "get_last_lr") and getattr(scheduler, "parts", None):
+        scheduler = scheduler.parts[0]
+    try:
+        return float(scheduler.get_last_lr()[0]) if scheduler is not None else None
+    except Exception:  # noqa: BLE001 - a scheduler without a learning rate is simply not logged
+        return None
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _epoch_line(entry: dict[str, Any]) -> str:
+    parts = [f"epoch {entry['epoch']}/{entry['epochs']}"]
+    if "step" in entry:
+        parts.append(f"step {entry['step']}")
+    if entry.get("loss") is not None:
+        parts.append(f"loss {entry['loss']:.4f}")
+    if "lr" in entry:
+        parts.append(f"lr {entry['lr']:.2e}")
+    if "queries_per_s" in entry:
+        parts.append(f"{entry['queries_per_s']:,.1f} queries/s")
+    if "pool_size" in entry:
+        parts.append(f"label pool {entry['pool_size']:,.0f}")
+    parts.append(f"elapsed {_duration(entry['elapsed_s'])}")
+    parts.append(f"remaining ~{_duration(entry['remaining_s'])}")
+    return " | ".join(parts)
 
 
 class Method(Protocol):

@@ -168,6 +168,7 @@ class DexmlMethod:
                 de.save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
             save_checkpoint(ckpt_dir, epoch + 1, step, self.encoder, optimizer, scheduler,
                             sampler_state=sampler.state_dict(), extra=extra)
+            ctx.log_epoch(epoch + 1, t.epochs, step=step, loss=locals().get("loss"), scheduler=scheduler, queries=len(rows))
 
         # 5. the model to keep, and its label embeddings for prediction (rank 0 predicts)
         if not is_main():

@@ -397,6 +397,7 @@ class PrimeMethod:
                     advance(1)
             save_checkpoint(ckpt_dir, epoch + 1, step, self.model, optimizer, scheduler,
                             sampler_state=sampler.state_dict(), extra={"accounting": accounting.state_dict()})
+            ctx.log_epoch(epoch + 1, t.epochs, step=step, scheduler=scheduler, queries=len(rows))
 
         # 5. prototypes of every label for inference (App. I)
         self.label_prototypes = self._all_prototypes(tokens, ctx)

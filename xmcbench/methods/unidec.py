@@ -271,6 +271,7 @@ class UnidecMethod:
                 de.save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
             save_checkpoint(ckpt_dir, epoch + 1, step, self.model, optimizer, scheduler,
                             sampler_state=sampler.state_dict(), extra=extra)
+            ctx.log_epoch(epoch + 1, t.epochs, step=step, scheduler=scheduler, queries=len(rows))
 
         # 5. the model to keep, and its label representations for search
         if val_rows.size and (ctx.checkpoint_dir / "best.safetensors").exists():

@@ -6,8 +6,8 @@ functions turn the resulting ``Table`` into rich, markdown, csv, json or html (`
 """
 
 from xmcbench.report.compare import Comparison, Difference, compare_runs
-from xmcbench.report.render import FORMATS, render, to_csv, to_html, to_json, to_markdown, to_rich
-from xmcbench.report.table import DEFAULT_METRICS, Column, Table, build_table
+from xmcbench.report.render import FORMATS, fit_columns, render, to_csv, to_html, to_json, to_markdown, to_rich, to_text
+from xmcbench.report.table import DEFAULT_METRICS, Column, Table, build_overview, build_table
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -16,6 +16,7 @@ __all__ = [
     "Comparison",
     "Difference",
     "Table",
+    "build_overview",
     "build_table",
     "compare_runs",
     "render",
@@ -24,4 +25,6 @@ __all__ = [
     "to_json",
     "to_markdown",
     "to_rich",
+    "to_text",
+    "fit_columns",
 ]

@@ -49,7 +49,7 @@ _FAMILY_ORDER = ("P", "nDCG", "PSP", "PSnDCG", "R")
 class Column:
     key: str  # key in each row dict
     header: str
-    kind: Literal["text", "metric", "delta", "number"]
+    kind: Literal["text", "metric", "delta", "number", "interval"]
 
 
 @dataclass
@@ -94,14 +94,38 @@ def build_table(
     split: str | None = None,
     dataset_version: str | None = None,
     propensity: tuple[float, float] | None = None,
+    curated: bool = False,
+    setting: str | None = None,
+    paper: str | None = None,
+    method: str | None = None,
 ) -> Table:
-    """Reproduced runs and published results for ``dataset`` (see the module docstring)."""
+    """Reproduced runs and published results for ``dataset`` (see the module docstring).
+
+    ``curated``: only each paper's main-table rows (``main_tables`` / ``main`` in the leaderboard
+    files), one per method and setting across papers, in sections per setting (full, few-shot,
+    zero-shot) sorted by the first metric, each reproduced run beside the published row it is
+    compared with. ``setting`` (a prefix: "few-shot" matches every few-shot setting), ``paper``
+    and ``method`` (case-insensitive, either the method or its printed name) filter rows.
+    """
     if all_runs:
         runs = store.runs(dataset=dataset, status="finished")
     else:
         runs = store.best_runs(dataset, metric=(metrics or DEFAULT_METRICS)[0], latest=pick == "latest")
     runs = _select_setting(dataset, runs, split, dataset_version, propensity)
     references = store.reference_results(dataset=dataset)
+    if setting is not None:
+        runs = [r for r in runs if _setting_matches(run_setting(r["supervision"], r["label_fraction"]), setting)]
+        references = [r for r in references if _setting_matches(r["setting"], setting)]
+    if paper is not None:
+        references = [r for r in references if r["paper"].lower() == paper.lower()]
+    if method is not None:
+        runs = [r for r in runs if _name_key(r["method"]) == _name_key(method)]
+        references = [r for r in references if _name_key(method) in (_name_key(r["method"]), _name_key(r["printed_name"]))]
+    hidden = 0
+    if curated:
+        before = len({_ref_key(r) for r in references})
+        references = _main_rows(references)
+        hidden = before - len({_ref_key(r) for r in references})
     other_copies = {(r["paper"], r["paper_table"], r["printed_name"]) for r in references if r["dataset_variant"]}
     references = [r for r in references if not r["dataset_variant"]]
     if not runs and not references:
@@ -121,7 +145,9 @@ def build_table(
     for row in rows:
         for name in chosen:
             row[name] = row["_metrics"].get(name)
-        for key in [key for key in row if key.startswith("_")]:  # bookkeeping, not columns
+        if "anchor" in row:
+            row["_anchor"] = row.pop("anchor")
+        for key in [key for key in row if key.startswith("_") and key != "_anchor"]:  # bookkeeping, not columns
             del row[key]
 
     higher = {name: s["higher_is_better"] for d in details.values() for name, s in d["scores"].items()}
@@ -134,7 +160,13 @@ def build_table(
         higher_is_better={name: higher.get(name, True) for name in chosen},  # every XMC metric is "more is better"
         notes=notes,
     )
+    if curated:
+        _curate(table)
+    for row in rows:
+        row.pop("_anchor", None)
     table.best = _best_cells(table)
+    if hidden:
+        table.notes.append(f"{hidden} published ablation / variant / duplicate rows hidden (--all-published shows them)")
     if any(not row["ranked"] for row in rows):
         table.notes.append("rows evaluated on part of the test set are not ranked")
     if other_copies:
@@ -142,6 +174,92 @@ def build_table(
     if any(r["gpu_hours"] is not None for r in ref_rows):
         table.notes.append("published GPU-hours = training time × GPUs as reported (training only)")
     return table
+
+
+# -- curating ---------------------------------------------------------------------------------
+
+SECTIONS = ("full", "few-shot", "zero-shot")
+
+
+def section_of(setting: str | None) -> str:
+    """full / few-shot / zero-shot: the section a setting is shown in."""
+    setting = setting or "full"
+    return next((s for s in SECTIONS if setting.startswith(s)), setting)
+
+
+def _setting_matches(value: str | None, wanted: str) -> bool:
+    value, wanted = (value or "full").lower(), wanted.lower().replace("_", "-")
+    return value == wanted or value.startswith(wanted)
+
+
+def _ref_key(ref: dict) -> tuple:
+    return (ref["paper"], ref["paper_table"], ref["method"], ref["variant"], ref["setting"], ref["dataset"])
+
+
+def _main_rows(references: list[dict]) -> list[dict]:
+    """Main-table rows only, and one row per printed method and setting across papers.
+
+    Which tables are main is data (``main_tables`` / ``main`` in leaderboard/*.yaml); a row the
+    files do not know (a test's own rows) counts as main. Of duplicates (the same method printed
+    by two papers) the method's own paper wins, then the row with most numbers, then paper order.
+    """
+    minor = _minor_rows()
+    kept = [r for r in references if (r["paper"], r["paper_table"], r["dataset"], r["method"], r["variant"], r["setting"]) not in minor]
+    by_row: dict[tuple, list[dict]] = {}
+    for ref in kept:
+        by_row.setdefault(_ref_key(ref), []).append(ref)
+    best: dict[tuple, tuple] = {}  # (printed name, setting) -> chosen row key
+    for key, values in by_row.items():
+        name = (values[0]["dataset"], _name_key(values[0]["printed_name"]), key[4])
+        rank = (_name_key(key[0]) != _name_key(key[2]), -len(values), key[0], key[1])
+        if name not in best or rank < best[name][0]:
+            best[name] = (rank, key)
+    chosen = {key for _, key in best.values()}
+    return [r for r in kept if _ref_key(r) in chosen]
+
+
+_MINOR_CACHE: dict[tuple, frozenset] = {}
+
+
+def _minor_rows() -> frozenset:
+    """Keys of the published rows that are not main results, from the leaderboard files (cached per file state)."""
+    from xmcbench.leaderboard import load_reference_files, reference_dir
+
+    try:
+        folder = reference_dir()
+        state = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*.yaml")))
+        if state not in _MINOR_CACHE:
+            files = load_reference_files(folder)
+            _MINOR_CACHE.clear()
+            _MINOR_CACHE[state] = frozenset((row.paper, row.table, row.dataset, row.method, row.variant, row.setting)
+                                            for file in files for row in file.rows if not file.is_main(row))
+        return _MINOR_CACHE[state]
+    except Exception:  # noqa: BLE001 - a broken leaderboard folder is reported elsewhere; show everything
+        return frozenset()
+
+
+def _curate(table: Table) -> None:
+    """Sections per setting, sorted by the first metric, each reproduced row after its published row."""
+    metric = table.metrics[0] if table.metrics else None
+    published = [r for r in table.rows if r["kind"] == "published"]
+    anchors = {r["source"] + "|" + r["method"]: r for r in published}
+
+    def value(row: dict) -> float:
+        v = row.get(metric) if metric else None
+        return -v if isinstance(v, (int, float)) else float("inf")
+
+    def key(row: dict) -> tuple:
+        anchor = anchors.get(row.get("_anchor") or "") if row["kind"] == "reproduced" else row
+        anchor = anchor or row
+        section = section_of(row["setting"])
+        order = SECTIONS.index(section) if section in SECTIONS else len(SECTIONS)
+        return (order, section, value(anchor), anchor["source"], anchor["method"],
+                row is not anchor, value(row), row["source"])
+
+    table.rows.sort(key=key)
+    for row in table.rows:
+        row["section"] = section_of(row["setting"])
+        row.pop("_anchor", None)
 
 
 # -- selecting comparable runs ---------------------------------------------------------------
@@ -201,6 +319,8 @@ def _run_row(run: dict, details: dict) -> dict[str, Any]:
         "ranked": coverage is None or coverage >= 100.0,
         "notes": None,
         "_metrics": {name: s["value"] for name, s in details["scores"].items()},
+        "_ci": {name: (s["ci_lo"], s["ci_hi"]) for name, s in details["scores"].items()
+                if s.get("ci_lo") is not None and s.get("ci_hi") is not None},
         "coverage": coverage,
         "gpu_hours": compute.get("gpu_hours"),
         "gpus": _devices(compute),
@@ -279,10 +399,14 @@ def _add_deltas(run_rows: list[dict], ref_rows: list[dict], metrics: list[str]) 
                            -len(set(r["_metrics"]) & set(metrics)), r["source"], r["method"]),
         )
         row["delta_vs"] = f"{ref['method']} ({ref['source']})"
+        row["anchor"] = ref["source"] + "|" + ref["method"]
         for name in metrics:
             ours, theirs = row["_metrics"].get(name), ref["_metrics"].get(name)
             if ours is not None and theirs is not None:
                 row[f"{name} Δ"] = ours - theirs
+                ci = row["_ci"].get(name)
+                if ci is not None:  # the run's own 95% interval, shifted by the published value
+                    row[f"{name} Δ CI"] = [ci[0] - theirs, ci[1] - theirs]
                 with_delta.add(name)
     return [m for m in metrics if m in with_delta]
 
@@ -315,6 +439,8 @@ def _columns(metrics: list[str], deltas: list[str], rows: list[dict]) -> list[Co
         columns.append(Column(name, name, "metric"))
         if name in deltas:
             columns.append(Column(f"{name} Δ", f"{name} Δ", "delta"))
+            if name == metrics[0]:
+                columns.append(Column(f"{name} Δ CI", f"{name} Δ 95% CI", "interval"))
     if deltas:
         columns.append(Column("delta_vs", "Δ vs", "text"))
     columns += [
@@ -337,3 +463,91 @@ def _best_cells(table: Table) -> dict[str, set[int]]:
         top = pick(v for _, v in values)
         best[name] = {i for i, v in values if v == top}
     return best
+
+
+# -- the overview: methods × datasets ---------------------------------------------------------
+
+DATASET_SHORT = {
+    "LF-AmazonTitles-131K": "AT-131K", "LF-Amazon-131K": "A-131K", "LF-WikiSeeAlsoTitles-320K": "WSAT-320K",
+    "LF-WikiSeeAlso-320K": "WSA-320K", "LF-WikiTitles-500K": "WT-500K", "LF-Wikipedia-500K": "W-500K",
+    "LF-AmazonTitles-1.3M": "AT-1.3M", "EURLex-4K": "EURLex-4K",
+}
+
+
+def build_overview(store: Store, metric: str = "P@1", setting: str | None = None, paper: str | None = None,
+                   method: str | None = None, curated: bool = True) -> Table:
+    """Every dataset at once: one row per method and setting, its best ``metric`` per dataset.
+
+    Published rows (main tables only when ``curated``; a method printed by several papers keeps
+    its best value) and reproduced runs (best finished run, ``source`` "reproduced") are separate
+    rows. Columns are datasets (headers abbreviated: ``DATASET_SHORT``), in the registry's order.
+    """
+    references = [r for r in store.reference_results() if r["metric"] == metric and not r["dataset_variant"]]
+    references = [r for r in references if r["test_queries"] is None]  # samples are not comparable
+    if setting is not None:
+        references = [r for r in references if _setting_matches(r["setting"], setting)]
+    if paper is not None:
+        references = [r for r in references if r["paper"].lower() == paper.lower()]
+    if method is not None:
+        references = [r for r in references if _name_key(method) in (_name_key(r["method"]), _name_key(r["printed_name"]))]
+    if curated:
+        references = _main_rows(references)
+    runs = store.runs(status="finished")
+    scores = {s["run_id"]: s["value"] for s in store.scores(names=[metric])}
+    rows: dict[tuple, dict[str, Any]] = {}
+    datasets: list[str] = []
+
+    def put(key: tuple, name: str, row_setting: str, source: str, kind: str, dataset: str, value: float) -> None:
+        row = rows.setdefault(key, {"method": name, "setting": row_setting, "source": source, "kind": kind,
+                                    "ranked": True, "notes": None, "section": section_of(row_setting), "_papers": set()})
+        if dataset not in datasets:
+            datasets.append(dataset)
+        if row.get(dataset) is None or value > row[dataset]:
+            row[dataset] = value
+
+    for ref in references:
+        key = ("published", _name_key(ref["printed_name"]), ref["setting"])
+        put(key, ref["printed_name"], ref["setting"], "published", "published", ref["dataset"], ref["value"])
+        rows[key]["_papers"].add(ref["paper"])
+    for run in runs:
+        if run["run_id"] not in scores:
+            continue
+        run_set = run_setting(run["supervision"], run["label_fraction"])
+        if setting is not None and not _setting_matches(run_set, setting):
+            continue
+        if method is not None and _name_key(run["method"]) != _name_key(method):
+            continue
+        key = ("reproduced", _name_key(run["method"]), run_set)
+        put(key, run["method"], run_set, "reproduced", "reproduced", run["dataset"], scores[run["run_id"]])
+    if not rows:
+        raise XmcbenchError(f"nothing to show: no published {metric} and no finished runs match")
+    order = {name: i for i, name in enumerate(CANONICAL_ORDER)}
+    datasets.sort(key=lambda d: (order.get(d, len(order)), d.lower()))
+    out_rows = []
+    for row in rows.values():
+        papers = row.pop("_papers")
+        if papers:
+            row["source"] = ",".join(sorted(papers))
+        out_rows.append(row)
+
+    def sort_key(row: dict) -> tuple:
+        section = row["section"]
+        rank = SECTIONS.index(section) if section in SECTIONS else len(SECTIONS)
+        first = next((row[d] for d in datasets if row.get(d) is not None), None)
+        return (rank, section, -len([d for d in datasets if row.get(d) is not None]), -(first or 0), row["method"])
+
+    out_rows.sort(key=sort_key)
+    columns = [Column("method", "method", "text"), Column("setting", "setting", "text"),
+               Column("source", "source", "text")]
+    columns += [Column(d, DATASET_SHORT.get(d, d), "metric") for d in datasets]
+    table = Table(dataset=f"best {metric} per method", metrics=datasets, columns=columns, rows=out_rows,
+                  higher_is_better={d: True for d in datasets})
+    table.best = _best_cells(table)
+    legend = ", ".join(f"{DATASET_SHORT[d]} = {d}" for d in datasets if d in DATASET_SHORT and DATASET_SHORT[d] != d)
+    if legend:
+        table.notes.append(legend)
+    table.notes.append("`xmcbench table --dataset NAME` for one dataset's full table")
+    return table
+
+
+CANONICAL_ORDER = tuple(DATASET_SHORT)

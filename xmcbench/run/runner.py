@@ -375,6 +375,9 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
         update_peak_memory(compute, device)
         live.save()
 
+    log.info("run %s: %s on %s (%s, %s, world size %d)", record["run_id"], recipe.method.name,
+             (record.get("task") or {}).get("dataset"), device, precision, world_size)
+    log.info("phase prepare: starting")
     with live.phase("prepare"):
         if not dist.is_main:
             barrier()  # rank 0 synthesises / downloads / prepares first
@@ -382,6 +385,8 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
         if dist.is_main:
             barrier()
     mark("prepare")
+    log.info("phase prepare: done in %.1fs; phase train: starting", live.walls.get("prepare", 0.0))
+    ctx.start_clock()
 
     with live.phase("train"):
         method = phases.train(recipe, data, ctx, done, dist.is_main)
@@ -391,14 +396,18 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
     total, trainable = method.parameter_counts()
     record["model"].update(params_total=int(total), params_trainable=int(trainable))
     mark("train")
+    log.info("phase train: done in %.1fs; phase predict: starting", live.walls.get("train", 0.0))
 
     with live.phase("predict"):
         preds = phases.predict(recipe, method, data, ctx, done)
     mark("predict")
+    log.info("phase predict: done in %.1fs; phase evaluate: starting", live.walls.get("predict", 0.0))
 
     with live.phase("evaluate"):
         phases.evaluate(recipe, preds, data, record)
     mark("evaluate")
+    log.info("phase evaluate: done in %.1fs: %s", live.walls.get("evaluate", 0.0),
+             ", ".join(f"{s['name']} {s['value']:.2f}" for s in (record.get("scores") or [])[:6]) or "no scores")
 
 
 __all__ = ["RunInterrupted", "RunResult", "effective_status", "find_run", "load_record", "run_recipe"]

@@ -16,8 +16,10 @@ from xmcbench.run.runner import RunResult, run_recipe
 
 
 def default_smoke_dir() -> Path:
-    """``recipes/smoke`` of the xmcbench checkout (the recipes live beside the package)."""
-    return Path(__file__).resolve().parents[2] / "recipes" / "smoke"
+    """``smoke/`` of the shipped recipes: the checkout's ``recipes/smoke``, or the copy inside the wheel."""
+    from xmcbench.run.shipped import recipes_dir
+
+    return recipes_dir() / "smoke"
 
 
 @dataclass

@@ -1,0 +1,49 @@
+"""``xmcbench recipes list``: the recipes shipped with xmcbench, runnable by name."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from xmcbench.cli._common import FormatHelp, check_format, emit_rows, handle_errors, print_rich
+
+app = typer.Typer(help="The recipes shipped with xmcbench (run one with `xmcbench run NAME`).", no_args_is_help=True)
+
+
+@app.command("list")
+@handle_errors
+def list_recipes(
+    format: Annotated[str, typer.Option("--format", "-f", help=FormatHelp)] = "rich",
+) -> None:
+    """Every shipped recipe: its name (for `xmcbench run NAME`), method, dataset and description."""
+    import yaml
+
+    from xmcbench.run.shipped import list_recipes as shipped
+    from xmcbench.run.shipped import recipes_dir
+
+    check_format(format)
+    rows = []
+    for name, path in shipped().items():
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            data = {}
+        method = (data.get("method") or {}).get("name") if isinstance(data.get("method"), dict) else None
+        dataset = data.get("dataset")
+        dataset = dataset.get("name") if isinstance(dataset, dict) else dataset
+        rows.append({"name": name, "method": method, "dataset": dataset,
+                     "description": (data.get("description") or "").strip() or None, "path": str(path)})
+    if format != "rich":
+        emit_rows(rows, format)
+        return
+    table = Table(title=escape(f"{len(rows)} recipes in {recipes_dir()}"))
+    table.add_column("name", no_wrap=True)
+    table.add_column("method", no_wrap=True)
+    table.add_column("dataset", overflow="fold")
+    table.add_column("description", overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(str(row[k] or "–")) for k in ("name", "method", "dataset", "description")))
+    print_rich(table)
