@@ -258,7 +258,8 @@ def _rank_block_exact(block: np.ndarray, take: int, data: np.ndarray, row_first:
     equal float32 order whose float64 scores differ. Such a group matters only if it reaches the
     top ``take``: either it lies within the top ``take + 1`` (adjacent pairs there are compared in
     float64) or it straddles the cut (its members all over the row are compared). Only those rows
-    are re-ranked with their exact float64 dense rank, so the cost is ~ the float32 path's.
+    are re-ranked, by a stable argsort of their float64 scores (the keys' high halves are then
+    stale: only their order, padding and low bits are used downstream).
     """
     rows, width = block.shape
     see = min(take + 1, width)
@@ -283,14 +284,14 @@ def _rank_block_exact(block: np.ndarray, take: int, data: np.ndarray, row_first:
     bad_rows = np.unique(np.concatenate(bad))
     out = np.ascontiguousarray(top[:, :take])
     if bad_rows.size:
+        # Column j of the block is position j of the row: a stable argsort of the exact float64
+        # -score (padding NaN: last) ranks ties by the lower position, i.e. the lower label.
         sub = block[bad_rows]
         rr, cc = np.nonzero(sub != _PAD)
-        # Exact dense rank of -score over these rows' entries (-0.0 and 0.0 compare equal: tie).
-        rank = np.unique(-value(bad_rows[rr], sub[rr, cc]), return_inverse=True)[1].ravel()
-        sub[rr, cc] = (rank.astype(np.int64) << 32) | (sub[rr, cc] & _LOW32)
-        if take < width:
-            sub = np.partition(sub, take - 1, axis=1)[:, :take]
-        out[bad_rows] = np.sort(sub, axis=1)
+        negated = np.full(sub.shape, np.nan)
+        negated[rr, cc] = -value(bad_rows[rr], sub[rr, cc]) + 0.0  # + 0.0: -0.0 and 0.0 tie
+        order = np.argsort(negated, axis=1, kind="stable")[:, :take]
+        out[bad_rows] = np.take_along_axis(sub, order, axis=1)
     return out
 
 
