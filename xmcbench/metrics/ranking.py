@@ -14,7 +14,8 @@ Conventions (shared by every metric, pyxclib/napkinXC-compatible):
   (±inf are scores: they rank first / last); a label scored twice in one row is an error.
 * **Ranking** is by score, descending; **ties are broken by the lower label index** (a stable,
   documented rule, not an accident of a sort). ``-0.0`` and ``0.0`` tie. float32 scores are
-  compared exactly; float64 scores too (a slower path is taken when float32 would merge them).
+  compared exactly; float64 scores too (ranked by their float32 image, then the few rows where
+  float32 merged distinct float64 scores are re-ranked exactly).
 * **Filter** pairs (the LF datasets' reciprocal/self pairs) are removed from the predictions
   *before* top-k, so the next prediction moves up. They are never removed from the ground truth.
 * **Rows with fewer than k predictions** simply have fewer ranked labels: the missing slots are
@@ -121,19 +122,22 @@ def as_truth(truth, name: str = "truth") -> sp.csr_matrix:
 
 
 def _descending_order(scores: np.ndarray) -> np.ndarray:
-    """New int32 array whose ascending order is the descending order of ``scores`` (ties stay ties)."""
-    as32 = scores.astype(np.float32, copy=False)
-    if scores.dtype.itemsize <= 4 or np.array_equal(as32.astype(scores.dtype), scores):
-        order = np.negative(as32)
-        order += np.float32(0.0)  # turns -0.0 into 0.0 so that they tie
-        order = order.view(np.int32)
-        # IEEE-754 floats order like sign-magnitude integers: flip the magnitude bits of negatives.
-        flip = order >> 31
-        flip &= 0x7FFFFFFF
-        order ^= flip
-        return order
-    # float64 scores that float32 would merge: use their exact dense rank instead (slower, exact).
-    return np.unique(-scores, return_inverse=True)[1].astype(np.int32).ravel()
+    """New int32 array whose ascending order is the descending order of ``float32(scores)``.
+
+    Ties stay ties. For float32 (and narrower) scores the order is exact. float64 scores are
+    rounded to float32 (a monotone map: it may merge distinct values, never swap them); the rows
+    where a merge matters are found afterwards and re-ranked exactly (:func:`_rank_block_exact`).
+    """
+    with np.errstate(over="ignore"):
+        as32 = scores.astype(np.float32, copy=False)
+    order = np.negative(as32)
+    order += np.float32(0.0)  # turns -0.0 into 0.0 so that they tie
+    order = order.view(np.int32)
+    # IEEE-754 floats order like sign-magnitude integers: flip the magnitude bits of negatives.
+    flip = order >> 31
+    flip &= 0x7FFFFFFF
+    order ^= flip
+    return order
 
 
 def _chunks(lengths: np.ndarray, budget: int):
@@ -233,9 +237,62 @@ def _ranked_chunks(
 
         # 2. Rank every row at once: partition off the top k, sort only those.
         take = min(k, block.shape[1])
+        if predictions.data.dtype.itemsize > 4:
+            row_first = predictions.indptr[start:end].astype(np.int64) - first
+            yield _Chunk(start, end, _rank_block_exact(block, take, predictions.data[first:last], row_first))
+            continue
         if take < block.shape[1]:
             block = np.partition(block, take - 1, axis=1)[:, :take]
         yield _Chunk(start, end, np.sort(block, axis=1))
+
+
+def _high(keys: np.ndarray) -> np.ndarray:
+    """The order (high 32 bits) of int64 keys, as an int32 array of the same shape."""
+    return (keys >> 32).astype(np.int32)
+
+
+def _rank_block_exact(block: np.ndarray, take: int, data: np.ndarray, row_first: np.ndarray) -> np.ndarray:
+    """Sorted top-``take`` keys of each row of ``block`` whose orders are float32 images of float64 ``data``.
+
+    float32 rounding is monotone, so the fast ranking is exact except inside a group of keys with
+    equal float32 order whose float64 scores differ. Such a group matters only if it reaches the
+    top ``take``: either it lies within the top ``take + 1`` (adjacent pairs there are compared in
+    float64) or it straddles the cut (its members all over the row are compared). Only those rows
+    are re-ranked, by a stable argsort of their float64 scores (the keys' high halves are then
+    stale: only their order, padding and low bits are used downstream).
+    """
+    rows, width = block.shape
+    see = min(take + 1, width)
+    top = np.partition(block, see - 1, axis=1)[:, :see] if see < width else block
+    top = np.sort(top, axis=1)
+    high = _high(top)
+    real = top != _PAD
+
+    def value(r: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        return data[row_first[r] + _positions(keys)]
+
+    same = (high[:, 1:] == high[:, :-1]) & real[:, 1:]
+    r, c = np.nonzero(same)
+    bad = [r[value(r, top[r, c]) != value(r, top[r, c + 1])]]
+    if see > take:  # the group at the cut may continue past the visible top take + 1
+        cut = np.flatnonzero(same[:, take - 1])
+        if cut.size:
+            sub = block[cut]
+            rr, cc = np.nonzero((_high(sub) == high[cut, take - 1][:, None]) & (sub != _PAD))
+            ref = value(cut, top[cut, take - 1])
+            bad.append(cut[rr[value(cut[rr], sub[rr, cc]) != ref[rr]]])
+    bad_rows = np.unique(np.concatenate(bad))
+    out = np.ascontiguousarray(top[:, :take])
+    if bad_rows.size:
+        # Column j of the block is position j of the row: a stable argsort of the exact float64
+        # -score (padding NaN: last) ranks ties by the lower position, i.e. the lower label.
+        sub = block[bad_rows]
+        rr, cc = np.nonzero(sub != _PAD)
+        negated = np.full(sub.shape, np.nan)
+        negated[rr, cc] = -value(bad_rows[rr], sub[rr, cc]) + 0.0  # + 0.0: -0.0 and 0.0 tie
+        order = np.argsort(negated, axis=1, kind="stable")[:, :take]
+        out[bad_rows] = np.take_along_axis(sub, order, axis=1)
+    return out
 
 
 def _hit_slots(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -144,26 +144,32 @@ def _as_tensor(x, device):
 def _block_topk(scores, k: int):
     """Top-k of each row of a (B, C) score block, best first, ties to the lower column.
 
-    torch.topk picks among entries tied at the k-th value in an order of its own. Rows where it
-    left out a tied entry (more entries equal the k-th value than it kept) are redone exactly:
-    everything above the k-th value, then the lowest tied columns. The kept entries are then
-    ordered by (value desc, column asc).
+    torch.topk picks among entries tied at the k-th value in an order of its own. It is asked for
+    k + 1 entries: a row whose (k+1)-th value is below its k-th has no tie across the cut (every
+    entry left out is below the k-th value), so only rows where the two are equal (rare with real
+    scores) are redone exactly: everything above the k-th value, then the lowest tied columns.
+    No pass over the whole block besides topk itself. The kept entries are then ordered by
+    (value desc, column asc).
     """
     import torch
 
-    values, columns = torch.topk(scores, k, dim=1)  # (B, k)
-    kth = values[:, -1:]
-    boundary = (scores == kth).sum(dim=1) > (values == kth).sum(dim=1)
-    if boundary.any():
-        rows = boundary.nonzero().squeeze(1)
-        block = scores[rows]
-        above = block > kth[rows]
-        tied = block == kth[rows]
-        need = k - above.sum(dim=1, keepdim=True)
-        take = above | (tied & (torch.cumsum(tied.to(torch.int32), dim=1) <= need))
-        exact = take.nonzero()[:, 1].view(rows.numel(), k)  # ascending columns per row
-        columns[rows] = exact
-        values[rows] = block.gather(1, exact)
+    width = scores.shape[1]
+    see = min(k + 1, width)
+    values, columns = torch.topk(scores, see, dim=1, sorted=True)  # (B, see)
+    if see > k:
+        boundary = values[:, k] == values[:, k - 1]
+        values, columns = values[:, :k], columns[:, :k]
+        if boundary.any():
+            rows = boundary.nonzero().squeeze(1)
+            block = scores[rows]
+            kth = values[rows, k - 1 :]
+            above = block > kth
+            tied = block == kth
+            need = k - above.sum(dim=1, keepdim=True)
+            take = above | (tied & (torch.cumsum(tied.to(torch.int32), dim=1) <= need))
+            exact = take.nonzero()[:, 1].view(rows.numel(), k)  # ascending columns per row
+            columns[rows] = exact
+            values[rows] = block.gather(1, exact)
     by_column = torch.argsort(columns, dim=1)
     values, columns = values.gather(1, by_column), columns.gather(1, by_column)
     order = torch.sort(values, dim=1, descending=True, stable=True).indices
@@ -194,6 +200,7 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude)
         raise XmcbenchError("label embeddings contain NaN; check the encoder output")
     out_values = np.empty((n, k), dtype=np.float32)
     out_labels = np.empty((n, k), dtype=np.int64)
+    buffer = None
     with torch.inference_mode():
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
@@ -204,7 +211,11 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude)
             best_values = best_labels = None
             for lo in range(0, n_labels, label_block):
                 hi = min(lo + label_block, n_labels)
-                scores = q @ key_tensor[lo:hi].T  # (B, C)
+                # Into a reused buffer: a fresh 128 MB block per chunk costs its page faults.
+                if buffer is None or buffer.numel() < (end - start) * (hi - lo):
+                    buffer = torch.empty(chunk * label_block, device=device, dtype=torch.float32)
+                scores = buffer[: (end - start) * (hi - lo)].view(end - start, hi - lo)
+                torch.mm(q, key_tensor[lo:hi].T, out=scores)  # (B, C)
                 if excluded is not None:
                     rows, labels = excluded
                     inside = (labels >= lo) & (labels < hi)

@@ -1,0 +1,299 @@
+"""One runner for issue #16's rows: xmcbench's figure next to a peer's (or a floor's), measured in one run.
+
+    python -m benchmarks                 # the issue's shapes (several minutes on 2 cores)
+    python -m benchmarks --quick         # small shapes, < 60 s: a CI-like check that every row runs
+    python -m benchmarks --only search --json out.json
+
+Each benchmark prints one row and adds a record to the JSON file: xmcbench's seconds, the peer's
+seconds measured in the same process run (best of ``--repeat``, the two back to back), their ratio
+(xmcbench / peer: below 1 means xmcbench is faster), the target, the machine and the versions.
+Timings on a shared machine are noisy: read the ratios, not the absolute seconds.
+
+Rows (``--only`` names): ``metrics32`` / ``metrics64`` (evaluate, float32 and float64 scores; peer:
+napkinXC on a subset, extrapolated, and the float32 path for float64), ``metrics1m`` (1M rows: time
+and peak memory), ``search`` (exact top-100; peers faiss IndexFlatIP and a bare torch matmul),
+``prepare`` (synthetic LF-AmazonTitles-1.3M shape; floors zlib and ``gzip -dc``), ``smoke`` (the
+smoke suite; only with ``--smoke``, it takes minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+ROW_KEYS = ("name", "work", "xmcbench_s", "peer", "peer_s", "ratio", "target", "met", "notes")
+
+QUICK = {
+    "metrics_rows": 20_000, "metrics_labels": 50_000, "napkinxc_rows": 2_000, "big_rows": 50_000,
+    "search": (1_000, 20_000, 384), "prepare_scale": 0.002,
+}
+FULL = {
+    "metrics_rows": 200_000, "metrics_labels": 500_000, "napkinxc_rows": 20_000, "big_rows": 1_000_000,
+    "search": (10_000, 100_000, 384), "prepare_scale": 0.25,
+}
+
+
+def machine() -> dict:
+    import scipy
+    import torch
+
+    versions = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+                "torch": torch.__version__}
+    for mod in ("faiss", "napkinxc", "xmcbench"):
+        try:
+            versions[mod] = getattr(__import__(mod), "__version__", "?")
+        except ImportError:
+            versions[mod] = None
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu": cpu, "platform": platform.platform(),
+            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(), "versions": versions}
+
+
+def best_of(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def row(name, work, xmcbench_s, peer, peer_s, target=None, met=None, notes="", **extra) -> dict:
+    ratio = xmcbench_s / peer_s if peer_s and np.isfinite(peer_s) else None
+    return {"name": name, "work": work, "xmcbench_s": xmcbench_s, "peer": peer, "peer_s": peer_s, "ratio": ratio,
+            "target": target, "met": met, "notes": notes, **extra}
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics
+
+
+def _metrics_data(cfg):
+    from benchmarks.bench_metrics import make_data
+    from xmcbench.metrics import inv_propensity
+
+    predictions, truth, train = make_data(cfg["metrics_rows"], cfg["metrics_labels"])
+    return predictions, truth, inv_propensity(train, 0.55, 1.5)
+
+
+def _as_float64(predictions, adversarial: bool = False):
+    """float64 scores as a float64 model would give them: the float32 scores plus a float64 jitter.
+
+    Typical: jitter U(0, 2^-12), below the data's score quantum, so the order is kept and ties are
+    broken (float32 merges only the rare pairs closer than its precision). Adversarial: jitter
+    U(0, 1e-7), so the data's many exact ties become float64 scores that float32 merges again.
+    """
+    p64 = predictions.astype(np.float64)
+    p64.data += np.random.default_rng(0).random(p64.data.size) * (1e-7 if adversarial else 2.0**-12)
+    return p64
+
+
+def bench_metrics(cfg, repeat: int, data=None) -> list[dict]:
+    from benchmarks.bench_metrics import FAMILIES, KS, time_napkinxc
+    from xmcbench.metrics import evaluate
+
+    predictions, truth, w = data if data is not None else _metrics_data(cfg)
+    n = predictions.shape[0]
+    work = f"evaluate {n:,} rows x 100 predictions, {truth.shape[1]:,} labels, P/nDCG/PSP/PSnDCG@1..5 + R@100"
+
+    def run(p):
+        return lambda: evaluate(p, truth, k=KS, inv_propensity=w, metrics=FAMILIES)
+
+    p64, p64_adv = _as_float64(predictions), _as_float64(predictions, adversarial=True)
+    t32 = best_of(run(predictions), repeat)
+    t64 = best_of(run(p64), repeat)
+    t64_adv = best_of(run(p64_adv), repeat)
+    t32 = min(t32, best_of(run(predictions), 1))  # back to back again: the float32 figure is the floor
+    rows = []
+    try:
+        sub = min(cfg["napkinxc_rows"], n)
+        t_nx, _, scores_nx = time_napkinxc(predictions, truth, w, sub)
+        check = evaluate(predictions[:sub], truth[:sub], k=KS, inv_propensity=w, metrics=FAMILIES)
+        diff = max(abs(check[key] - scores_nx[key]) for key in scores_nx)
+        peer_s, peer = t_nx * n / sub, f"napkinXC (timed on {sub:,} rows, x{n / sub:.0f})"
+        notes = f"max |diff| vs napkinXC {diff:.1e} pts"
+    except ImportError:
+        peer_s, peer, notes = float("nan"), "napkinXC (not installed)", ""
+    try:
+        import xclib  # noqa: F401  (pyxclib is not on PyPI)
+
+        notes += "; pyxclib importable: see benchmarks/bench_metrics.py"
+    except ImportError:
+        notes += "; pyxclib not importable (not on PyPI)"
+    limit = 0.5 * n / 200_000
+    full = n >= 200_000  # targets are for the issue's shape; small shapes carry fixed overheads
+    rows.append(row("metrics32", work + ", float32 scores", t32, peer, peer_s,
+                    target=f"<= {limit:.2f} s (0.5 s per 200k rows)", met=bool(t32 <= limit) if full else None, notes=notes))
+    rows.append(row("metrics64", work + ", float64 scores", t64, "xmcbench float32 path, same data", t32,
+                    target=f"<= {limit:.2f} s and ~ the float32 path", met=bool(t64 <= limit) if full else None,
+                    notes="float64 = float32 scores + U(0, 2^-12): distinct scores, as a float64 model gives"))
+    rows.append(row("metrics64_adversarial", work + ", float64 near-ties in most rows", t64_adv,
+                    "xmcbench float32 path, same data", t32, target="exact; slower allowed", met=None,
+                    notes="float64 = float32 scores + U(0, 1e-7): float32 merges the data's ties in most rows, "
+                          "which are then re-ranked exactly"))
+    return rows
+
+
+def bench_metrics_big(cfg, repeat: int) -> list[dict]:
+    from benchmarks.bench_metrics import FAMILIES, KS, make_data
+    from xmcbench.metrics import evaluate, inv_propensity
+
+    n = cfg["big_rows"]
+    predictions, truth, train = make_data(n, cfg["metrics_labels"], seed=1)
+    w = inv_propensity(train, 0.55, 1.5)
+    del train
+    out = []
+    for label, p in (("float32", predictions), ("float64", _as_float64(predictions))):  # noqa: B023
+        t = best_of(lambda p=p: evaluate(p, truth, k=KS, inv_propensity=w, metrics=FAMILIES), max(1, repeat - 1))
+        tracemalloc.start()
+        evaluate(p, truth, k=KS, inv_propensity=w, metrics=FAMILIES)
+        peak = tracemalloc.get_traced_memory()[1] / 2**30
+        tracemalloc.stop()
+        limit = 5.0 * n / 1_000_000
+        out.append(row(f"metrics1m_{label}", f"evaluate {n:,} rows, {label} scores (time, peak extra memory)", t,
+                       None, None, target=f"<= {limit:.1f} s, <= 4 GB", met=bool(t <= limit and peak <= 4) if n >= 1_000_000 else None,
+                       notes=f"evaluate peak {peak:.2f} GB (tracemalloc)", peak_gb=peak))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# search
+
+
+def bench_search(cfg, repeat: int) -> list[dict]:
+    import torch
+
+    from xmcbench.search import exact_topk
+
+    n, n_labels, d = cfg["search"]
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((n, d), dtype=np.float32)
+    keys = rng.standard_normal((n_labels, d), dtype=np.float32)
+    work = f"exact top-100, {n:,} queries x {n_labels:,} labels x {d}-d, CPU"
+    t_x = best_of(lambda: exact_topk(q, keys, 100), repeat)
+    rows = []
+    try:
+        import faiss  # noqa: F401
+
+        t_f = best_of(lambda: exact_topk(q, keys, 100, backend="faiss"), repeat)
+        a, b = exact_topk(q[:200], keys, 100), exact_topk(q[:200], keys, 100, backend="faiss")
+        same = bool(np.array_equal(a.indices, b.indices) and np.array_equal(a.indptr, b.indptr))
+        rows.append(row("search", work + ", default backend (torch)", t_x, "faiss IndexFlatIP", t_f,
+                        target="ratio <= 1", met=bool(t_x <= t_f), notes=f"same top-100 labels as faiss on 200 queries: {same}"))
+    except ImportError:
+        rows.append(row("search", work, t_x, "faiss (not installed)", float("nan")))
+    qt, kt = torch.from_numpy(q), torch.from_numpy(keys)
+    chunk = max(1, (1 << 25) // n_labels)
+
+    def matmul():
+        with torch.inference_mode():
+            for s in range(0, n, chunk):
+                qt[s : s + chunk] @ kt.T
+
+    t_m = best_of(matmul, repeat)
+    rows.append(row("search_vs_matmul", work + ", default backend vs its bare matmul", t_x,
+                    "torch matmul alone (floor)", t_m, target="GPU: within 80% of matmul (no GPU here)",
+                    met=None, notes="CPU: top-k and merge overhead over the matmul"))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare
+
+
+def bench_prepare(cfg, folder: Path | None) -> list[dict]:
+    folder = folder or Path(tempfile.gettempdir()) / f"xmcbench-bench-prepare-{cfg['prepare_scale']}"
+    script = Path(__file__).with_name("bench_prepare.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(script), "--dir", str(folder), "--scale", str(cfg["prepare_scale"])],
+                          check=True, capture_output=True, text=True, env=env)
+    r = json.loads(done.stdout[done.stdout.index("{"):])
+    work = (f"prepare, LF-AmazonTitles-1.3M shape x {cfg['prepare_scale']} "
+            f"({r['compressed_mb']:.0f} MB gz, {r['uncompressed_mb']:.0f} MB JSON)")
+    floor = min(r["decompress_zlib_s"], r["decompress_gzip_cli_s"])
+    return [row("prepare", work, r["prepare_s"], "decompress floor: min(zlib, gzip -dc)", floor,
+                target="ratio <= 2", met=bool(r["prepare_s"] <= 2 * floor),
+                notes=(f"zlib {r['decompress_zlib_s']:.2f} s, gzip -dc {r['decompress_gzip_cli_s']:.2f} s; "
+                       f"prepare peak RSS {r['prepare_peak_gb']:.2f} GB"),
+                peak_gb=r["prepare_peak_gb"], zlib_s=r["decompress_zlib_s"], gzip_s=r["decompress_gzip_cli_s"])]
+
+
+def bench_smoke() -> list[dict]:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "xmcbench", "smoke"], capture_output=True, text=True)
+    t = time.perf_counter() - start
+    return [row("smoke", "smoke suite (xmcbench smoke)", t, None, None, target="<= 600 s", met=bool(t <= 600),
+                notes=f"exit {done.returncode}")]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _fmt(x, spec=".2f") -> str:
+    return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\n| row | work | xmcbench s | peer / floor | peer s | ratio | target | met |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        met = {True: "yes", False: "NO", None: "-"}[r["met"]]
+        print(f"| {r['name']} | {r['work']} | {_fmt(r['xmcbench_s'])} | {r['peer'] or '-'} | {_fmt(r['peer_s'])} | "
+              f"{_fmt(r['ratio'])} | {r['target'] or '-'} | {met} |")
+    for r in rows:
+        if r["notes"]:
+            print(f"  {r['name']}: {r['notes']}")
+
+
+ALL = ("metrics", "metrics1m", "search", "prepare", "smoke")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes (< 60 s)")
+    parser.add_argument("--only", action="append", choices=ALL, help="run only these (repeatable)")
+    parser.add_argument("--smoke", action="store_true", help="also time the smoke suite (minutes)")
+    parser.add_argument("--repeat", type=int, default=None, help="best of N (default 3, quick 2)")
+    parser.add_argument("--json", type=Path, default=Path("benchmark-results.json"), help="where to save the JSON")
+    parser.add_argument("--prepare-dir", type=Path, default=None, help="folder for the synthetic prepare dataset")
+    parser.add_argument("--shape", type=json.loads, default=None, help=argparse.SUPPRESS)  # tests: tiny overrides
+    args = parser.parse_args(argv)
+    cfg = dict(QUICK if args.quick else FULL)
+    cfg.update(args.shape or {})
+    repeat = args.repeat or (2 if args.quick else 3)
+    wanted = args.only or [x for x in ALL if x != "smoke" or args.smoke]
+    started = time.perf_counter()
+    rows: list[dict] = []
+    for name, fn in (("metrics", lambda: bench_metrics(cfg, repeat)), ("metrics1m", lambda: bench_metrics_big(cfg, repeat)),
+                     ("search", lambda: bench_search(cfg, repeat)), ("prepare", lambda: bench_prepare(cfg, args.prepare_dir)),
+                     ("smoke", bench_smoke)):
+        if name in wanted:
+            print(f"[{time.perf_counter() - started:6.1f} s] {name} ...", file=sys.stderr, flush=True)
+            rows.extend(fn())
+    result = {"schema_version": SCHEMA_VERSION, "mode": "quick" if args.quick else "full", "shapes": cfg,
+              "repeat": repeat, "machine": machine(), "load_average": os.getloadavg(),
+              "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+              "seconds": time.perf_counter() - started, "rows": rows}
+    print_table(rows)
+    args.json.write_text(json.dumps(result, indent=2, default=float))
+    print(f"\nsaved {args.json} ({result['seconds']:.0f} s; load average {result['load_average'][0]:.1f})")
+    return result

@@ -1,0 +1,37 @@
+"""``xmcbench plan RECIPE``: GPU memory per device, label/classifier sizes and GPU-hours, before a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from xmcbench.cli._common import console, err_console, handle_errors
+
+
+@handle_errors
+def plan(
+    recipe: Annotated[Path, typer.Argument(help="Recipe YAML file.")],
+    gpu: Annotated[str, typer.Option(help="Device: A100-40GB, A100-80GB, H100-80GB, H200-141GB, V100-32GB, ...")] = "A100-40GB",
+    num_gpus: Annotated[int | None, typer.Option("--num-gpus", "-n", help="GPUs (default: the recipe's hardware.num_gpus).")] = None,
+    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="Memory per device in GB (overrides the device table).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a recipe key, e.g. training.batch_size=4096.")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> None:
+    """Estimate, before a run, GPU memory per device, label-embedding and classifier sizes, step time and
+    total GPU-hours for the recipe's dataset and hardware; warn when it will not fit (exit code 3)."""
+    from xmcbench.run import load_recipe
+    from xmcbench.run.plan import plan_recipe
+
+    result = plan_recipe(load_recipe(recipe, set_ or []), gpu=gpu, num_gpus=num_gpus, gpu_mem_gb=gpu_mem)
+    if format == "json":
+        console.print_json(json.dumps(result.as_dict()))
+    else:
+        console.print(escape(result.render()), highlight=False, soft_wrap=True)
+    if not result.fits:
+        for warning in result.warnings():
+            err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(3)

@@ -1,0 +1,242 @@
+"""Before a run: how much GPU memory per device, how big the label embeddings and classifier, how long.
+
+    >>> from xmcbench.run.plan import plan_recipe
+    >>> p = plan_recipe(load_recipe("recipes/dexml/lf-amazontitles-1.3m-all-negatives.yaml"), gpu="A100-40GB", num_gpus=8)
+    >>> print(p.render()); p.fits
+
+An estimate on paper, from:
+
+* the encoder's size: ``transformers.AutoConfig`` of a local folder, else a table of known Hub ids
+  (offline, a Hub id cannot be loaded; an unknown one is an error that says to pass a folder);
+* the dataset's size: the catalogue's counts (``paper_counts``) or the synthetic section's;
+* the recipe: method, regime, batch size, gradient-cache chunk, shortlist/pool sizes, max length,
+  epochs, GPUs;
+* a device table (A100-40GB, A100-80GB, H100-80GB, ...) or ``gpu_mem_gb``.
+
+Memory per device = model state (fp32 weights, grads and AdamW moments: 16 bytes a parameter) +
+activations of one gradient-cache chunk (bf16, ~34·h bytes per token and layer + attention) +
+the method's label-side tensors (all-negatives: this device's shard of the label embeddings and
+their cached gradients, and the (global batch x label shard) logits with their gradient, fp32;
+UniDEC: its classifier table with AdamW state) + a 10% allocator margin. Step time = the
+step's FLOPs / (device peak x an assumed utilisation of 40%). These are first-order estimates
+(within ~30% for the memory, a factor 2 for time); the recorded peaks of real runs say more.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xmcbench.errors import XmcbenchError
+
+__all__ = ["DEVICES", "ENCODERS", "EncoderSize", "Plan", "encoder_size", "plan_recipe"]
+
+GB = 1e9
+
+# name -> (memory GB, dense bf16 peak TFLOPS)
+DEVICES: dict[str, tuple[float, float]] = {
+    "V100-16GB": (16.0, 125.0),
+    "V100-32GB": (32.0, 125.0),
+    "A10-24GB": (24.0, 125.0),
+    "L4-24GB": (24.0, 121.0),
+    "A100-40GB": (40.0, 312.0),
+    "A100-80GB": (80.0, 312.0),
+    "L40S-48GB": (48.0, 362.0),
+    "H100-80GB": (80.0, 989.0),
+    "H200-141GB": (141.0, 989.0),
+}
+
+
+@dataclass(frozen=True)
+class EncoderSize:
+    params: int  # all parameters
+    hidden: int
+    layers: int
+    vocab: int
+    source: str  # "config" (a local folder) or "table"
+
+
+# Hub ids that cannot be loaded offline: (params, hidden, layers, vocab), from their configs.
+ENCODERS: dict[str, tuple[int, int, int, int]] = {
+    "distilbert-base-uncased": (66_362_880, 768, 6, 30_522),
+    "distilbert-base-cased": (65_190_912, 768, 6, 28_996),
+    "bert-base-uncased": (109_482_240, 768, 12, 30_522),
+    "bert-base-cased": (108_310_272, 768, 12, 28_996),
+    "roberta-base": (124_645_632, 768, 12, 50_265),
+    "all-minilm-l6-v2": (22_713_216, 384, 6, 30_522),
+    "all-minilm-l12-v2": (33_360_000, 384, 12, 30_522),
+    "all-mpnet-base-v2": (109_486_464, 768, 12, 30_527),
+    "msmarco-distilbert-base-v4": (66_362_880, 768, 6, 30_522),
+    "bge-small-en-v1.5": (33_360_000, 384, 12, 30_522),
+    "bge-base-en-v1.5": (109_482_240, 768, 12, 30_522),
+}
+
+
+def encoder_size(name: str) -> EncoderSize:
+    """Parameters, hidden size, layers of an encoder: a local folder's config.json, else the table."""
+    folder = Path(name).expanduser()
+    if (folder / "config.json").is_file():
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(str(folder))
+        h = int(getattr(cfg, "hidden_size", None) or getattr(cfg, "dim", 0))
+        layers = int(getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layers", 0))
+        vocab = int(getattr(cfg, "vocab_size", 30_522))
+        ffn = int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "hidden_dim", 4 * h))
+        positions = int(getattr(cfg, "max_position_embeddings", 512))
+        per_layer = 4 * h * h + 2 * h * ffn + 9 * h + ffn  # attention, FFN, biases, layer norms
+        return EncoderSize(vocab * h + positions * h + layers * per_layer, h, layers, vocab, "config")
+    key = name.split("/")[-1].lower()
+    if key not in ENCODERS:
+        raise XmcbenchError(
+            f"encoder {name!r} is neither a local folder with a config.json nor in the table of known sizes "
+            f"({', '.join(sorted(ENCODERS))}); pass the encoder's folder"
+        )
+    params, h, layers, vocab = ENCODERS[key]
+    return EncoderSize(params, h, layers, vocab, "table")
+
+
+@dataclass
+class Plan:
+    recipe: str
+    method: str
+    dataset: str
+    n_train: int
+    n_labels: int
+    encoder: str
+    encoder_params: int
+    hidden: int
+    gpu: str
+    gpu_mem_gb: float
+    num_gpus: int
+    batch_size: int
+    memory_gb: dict[str, float]  # per device, by component
+    label_embeddings_gb: float  # the whole table, fp32
+    classifier_gb: float  # the whole classifier (weights only, fp32); 0 when there is none
+    step_s: float
+    steps: int
+    gpu_hours: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def per_device_gb(self) -> float:
+        return sum(self.memory_gb.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.per_device_gb <= self.gpu_mem_gb
+
+    def warnings(self) -> list[str]:
+        if self.fits:
+            return []
+        return [
+            f"will not fit: ~{self.per_device_gb:.1f} GB per device > {self.gpu_mem_gb:.0f} GB on {self.gpu}; "
+            "use more GPUs (label shards shrink), a smaller gradient-cache chunk, or a larger device"
+        ]
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items()}
+        out.update(per_device_gb=self.per_device_gb, fits=self.fits, warnings=self.warnings())
+        return out
+
+    def render(self) -> str:
+        lines = [
+            f"plan: {self.recipe}",
+            f"  method {self.method} on {self.dataset}: {self.n_train:,} train queries, {self.n_labels:,} labels",
+            f"  encoder {self.encoder}: {self.encoder_params / 1e6:.1f}M parameters, hidden {self.hidden}",
+            f"  hardware {self.num_gpus} x {self.gpu} ({self.gpu_mem_gb:.0f} GB each), global batch {self.batch_size:,}",
+            f"  label embeddings (all labels, fp32)   {self.label_embeddings_gb:8.2f} GB",
+            f"  classifier (weights, fp32)            {self.classifier_gb:8.2f} GB",
+            "  GPU memory per device:",
+        ]
+        lines += [f"    {name:<36}{gb:8.2f} GB" for name, gb in self.memory_gb.items()]
+        lines += [
+            f"    {'total':<36}{self.per_device_gb:8.2f} GB of {self.gpu_mem_gb:.0f} GB"
+            f" -> {'fits' if self.fits else 'DOES NOT FIT'}",
+            f"  step time ~{self.step_s:.2f} s x {self.steps:,} steps = {self.step_s * self.steps / 3600:.1f} h wall,"
+            f" {self.gpu_hours:,.0f} GPU-hours",
+        ]
+        lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  WARNING: {w}" for w in self.warnings()]
+        return "\n".join(lines)
+
+
+def _dataset_counts(recipe) -> tuple[str, int, int]:
+    ds = recipe.dataset
+    synthetic = getattr(ds, "synthetic", None)
+    if synthetic is not None:
+        return ds.name, int(synthetic.train), int(synthetic.labels)
+    from xmcbench.data import get_spec
+
+    spec = get_spec(ds.name)
+    counts = dict(spec.paper_counts)
+    return spec.name, int(counts["train"]), int(counts["labels"])
+
+
+def plan_recipe(recipe, gpu: str = "A100-40GB", num_gpus: int | None = None, gpu_mem_gb: float | None = None,
+                utilisation: float = 0.4) -> Plan:
+    """Estimate memory and time of ``recipe`` on ``num_gpus`` x ``gpu`` (default: the recipe's GPU count)."""
+    canon = {k.lower(): k for k in DEVICES}
+    if gpu.lower() not in canon and gpu_mem_gb is None:
+        raise XmcbenchError(f"unknown GPU {gpu!r}; use one of {', '.join(DEVICES)} or give --gpu-mem")
+    gpu = canon.get(gpu.lower(), gpu)
+    mem, tflops = DEVICES.get(gpu, (gpu_mem_gb, 312.0))
+    mem = float(gpu_mem_gb or mem)
+    g = int(num_gpus or recipe.hardware.num_gpus)
+    name, n_train, n_labels = _dataset_counts(recipe)
+    method = recipe.method.name
+    params = recipe.method.params()
+    enc = encoder_size(recipe.encoder.name)
+    h, layers = enc.hidden, enc.layers
+    seq = int(recipe.encoder.max_length)
+    label_seq = int(recipe.encoder.label_max_length or seq)
+    batch = int(recipe.training.batch_size)
+    notes = [f"encoder size from its {'config' if enc.source == 'config' else 'known-size table (Hub id, offline)'}"]
+    regime = params.get("regime", "all_negatives" if method == "dexml" else None)
+    chunk = int(params.get("gradcache_chunk", batch)) if method == "dexml" else batch
+    chunk = min(chunk, batch)
+
+    memory: dict[str, float] = {}
+    memory["model + grads + AdamW (fp32)"] = 16 * enc.params / GB
+    # activations kept for backward, bf16 (Korthikanti et al.): ~34 h + 5 a s bytes per token and layer
+    heads = max(1, h // 64)
+    per_token = layers * (34 * h + 5 * heads * seq)
+    memory["activations (one chunk, bf16)"] = chunk * seq * per_token / GB
+    label_table = n_labels * h * 4 / GB
+    classifier = 0.0
+    # encoder passes per step, in tokens: forward + backward (x3), gradient cache re-forwards (x4)
+    passes = 4 if method == "dexml" else 3
+    step_tokens = batch * seq * passes
+    logits_flops = 0.0
+    if method == "dexml" and regime == "all_negatives":
+        shard = math.ceil(n_labels / g)
+        memory["label embedding shard + grads (fp32)"] = 2 * shard * h * 4 / GB
+        memory["logits + grads (batch x shard, fp32)"] = 2 * batch * shard * 4 / GB
+        step_tokens += n_labels / g * label_seq * passes * g  # every label is encoded every step, across GPUs
+        logits_flops = 3 * 2 * batch * n_labels * h
+        notes.append("all-negatives: every label is re-encoded each step (gradient cache), labels sharded over GPUs")
+    else:
+        pool = int(params.get("num_negatives", params.get("shortlist_size", params.get("pool_size", 0))) or 0)
+        negatives = batch * max(pool, 1)
+        memory["label-side activations (in-batch/shortlist)"] = min(negatives, 4 * batch) * label_seq * per_token / GB
+        step_tokens += min(negatives, 4 * batch) * label_seq * 3
+        if method == "unidec":
+            classifier = n_labels * h * 4 / GB
+            memory["classifier + grads + AdamW (fp32)"] = 4 * classifier / g if params.get("shard", False) else 4 * classifier
+        if method in ("tfidf", "zero_shot"):
+            memory = {"model (inference, fp32)": 4 * enc.params / GB, "label embeddings (fp32)": label_table}
+            step_tokens = batch * seq
+    memory["allocator margin (10%)"] = 0.1 * sum(memory.values())
+    non_embedding = max(enc.params - enc.vocab * h, 1)
+    flops = 2 * non_embedding * step_tokens + logits_flops
+    step_s = flops / (g * tflops * 1e12 * utilisation)
+    epochs = int(recipe.training.epochs)
+    steps = epochs * math.ceil(n_train / batch) if method not in ("tfidf", "zero_shot") else 0
+    notes.append(f"step time assumes {utilisation:.0%} of the {gpu}'s bf16 peak ({tflops:.0f} TFLOPS)")
+    return Plan(
+        recipe=recipe.name, method=method + (f" ({regime})" if regime else ""), dataset=name, n_train=n_train,
+        n_labels=n_labels, encoder=recipe.encoder.name, encoder_params=enc.params, hidden=h, gpu=gpu, gpu_mem_gb=mem,
+        num_gpus=g, batch_size=batch, memory_gb=memory, label_embeddings_gb=label_table, classifier_gb=classifier,
+        step_s=step_s, steps=steps, gpu_hours=step_s * steps * g / 3600, notes=notes,
+    )
