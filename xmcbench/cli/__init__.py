@@ -13,7 +13,7 @@ import sys
 import typer
 
 from xmcbench import __version__
-from xmcbench.cli import compare, datasets, evaluate, ingest, run, runs, smoke, table
+from xmcbench.cli import compare, datasets, evaluate, ingest, judge, run, runs, smoke, table
 
 app = typer.Typer(
     name="xmcbench",
@@ -51,6 +51,7 @@ app.command("compare")(compare.compare)
 app.command("ingest")(ingest.ingest)
 app.add_typer(datasets.app, name="datasets")
 app.command("evaluate")(evaluate.evaluate)
+app.add_typer(judge.app, name="judge")
 
 
 def main() -> None:

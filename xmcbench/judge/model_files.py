@@ -3,7 +3,7 @@
 A model spec is one of
 - a folder with ``config.json`` (a Hugging Face model, used as is);
 - a ``.gguf`` file: dequantised once by transformers and saved as a bf16 copy under
-  ``$XMCBENCH_HOME/cache/judges/<sha256 of the GGUF>/`` (26–60 s and GBs the first time; 2–3 s after);
+  ``$XMCBENCH_HOME/cache/judges/<sha256 of the GGUF>/`` (or ``$XMCBENCH_JUDGE_MODELS``) (26–60 s and GBs the first time; 2–3 s after);
 - ``parts:<distribution prefix>#sha256=<hex>``: a GGUF split into ``data/partNN.bin`` over the
   installed distributions ``<prefix>1``, ``<prefix>2``, …, found through package metadata (never
   imported), concatenated in order and checked against the sha256 before anything loads it.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import os
 import re
 from pathlib import Path
 
@@ -30,7 +31,9 @@ _PARTS = re.compile(r"^parts:(?P<prefix>[A-Za-z0-9._-]+)#sha256=(?P<sha>[0-9a-f]
 
 
 def judges_cache_dir() -> Path:
-    return cache_dir() / "judges"
+    """$XMCBENCH_JUDGE_MODELS (to share converted models between homes), else $XMCBENCH_HOME/cache/judges."""
+    env = os.environ.get("XMCBENCH_JUDGE_MODELS")
+    return Path(env).expanduser() if env else cache_dir() / "judges"
 
 
 def _part_files(prefix: str) -> list[Path]:
@@ -102,14 +105,25 @@ def _bf16_copy(gguf: Path, sha: str) -> Path:
 
         try:
             tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         except ImportError as exc:
             raise JudgeError(f"loading a GGUF needs the judge extra (pip install 'xmcbench[judge]'): {exc}") from None
         except Exception as exc:  # transformers raises many types for a bad file
             raise JudgeError(f"{gguf}: not a GGUF transformers can load ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+        # A GGUF-loaded model refuses save_pretrained even when dequantised: copy its dense
+        # weights into a plain model built from the same config.
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        dense = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        missing, unexpected = dense.load_state_dict(model.state_dict(), strict=False)
+        if unexpected or any(k != "lm_head.weight" for k in missing):  # lm_head may be tied to the embeddings
+            raise JudgeError(f"{gguf}: dequantised weights do not fit the model (missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]})")
+        dense.tie_weights()
         tmp = folder.with_name(f".{sha}.tmp")
-        model.save_pretrained(tmp)
+        dense.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "revision").write_text(sha + "\n")
         install_dir(tmp, folder)

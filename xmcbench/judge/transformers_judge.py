@@ -89,11 +89,20 @@ class TransformersJudge:
         return self.tokenizer.decode(ids[:budget])
 
     def p_yes(self, docs: Sequence[str], label_texts: Sequence[str], prompt: Prompt) -> np.ndarray:
+        truncated_before = self.stats.truncated
+        messages = [prompt.render(self._fit_doc(d, lt, prompt), lt) for d, lt in zip(docs, label_texts, strict=False)]
+        out = self.score_messages(messages)
+        if self.stats.truncated > truncated_before:
+            log.warning("judge: %d of %d documents cut to fit %d tokens (the question is kept whole)",
+                        self.stats.truncated - truncated_before, len(messages), self.max_doc_tokens)
+        return out
+
+    def score_messages(self, messages: Sequence[str]) -> np.ndarray:
+        """(n,) P(yes) of user messages as given (chat-formatted here; no truncation)."""
         import torch
 
         start = time.perf_counter()
-        truncated_before = self.stats.truncated
-        texts = [self._format(prompt.render(self._fit_doc(d, lt, prompt), lt)) for d, lt in zip(docs, label_texts, strict=False)]
+        texts = [self._format(m) for m in messages]
         out = np.empty(len(texts), dtype=np.float64)
         order = np.argsort([len(t) for t in texts], kind="stable")
         yes = torch.tensor(self.yes_ids, device=self.device)
@@ -112,7 +121,4 @@ class TransformersJudge:
         self.stats.llm_seconds += elapsed
         if self.device.startswith("cuda"):
             self.stats.gpu_hours += elapsed / 3600
-        if self.stats.truncated > truncated_before:
-            log.warning("judge: %d of %d documents cut to fit %d tokens (the question is kept whole)",
-                        self.stats.truncated - truncated_before, len(texts), self.max_doc_tokens)
         return out
