@@ -99,7 +99,7 @@ def test_quality_measures_on_a_perfect_and_a_useless_judge(synth_dataset):
     labels = ds.labels("train")
     docs, labs, truth = sample_pairs(labels, 30, seed=0)
     assert truth.sum() == 30 and (~truth).sum() == 30
-    assert not any(labels[d, lab] for d, lab, t in zip(docs, labs, truth) if not t)  # negatives are not labels
+    assert not any(labels[d, lab] for d, lab, t in zip(docs, labs, truth, strict=False) if not t)  # negatives are not labels
     perfect = judge_quality(truth * 0.1 + 0.55, truth, labs)  # calibrated badly (all > 0.5), ranks perfectly
     assert perfect.auc == 1.0 and perfect.accuracy_at_best == 1.0 and perfect.accuracy_at_half == 0.5
     flat = judge_quality(np.full(truth.size, 0.5), truth, labs)

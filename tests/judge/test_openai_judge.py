@@ -102,7 +102,7 @@ def test_long_documents_are_cut_and_counted():
 @pytest.mark.slow
 def test_http_judge_serving_the_real_model_agrees_with_it(qwen_judge):
     """The server wraps the transformers judge: both backends give the same P(yes)."""
-    docs, labels, truth = zip(*PAIRS[:6])
+    docs, labels, truth = zip(*PAIRS[:6], strict=False)
     direct = qwen_judge.p_yes(docs, labels, PROMPT)
     with JudgeServer(lambda text: float(qwen_judge.score_messages([text])[0])) as srv:
         over_http = OpenAIJudge(srv.base_url, "qwen2.5-coder-0.5b", concurrency=1).p_yes(docs, labels, PROMPT)
