@@ -86,7 +86,7 @@ class LmtxMethod:
     # ------------------------------------------------------------------------------------------
     def fit(self, task: TrainTask, ctx: RunContext) -> None:
         from xmcbench.losses.triplet import triplet_pool_loss
-        from xmcbench.train import build_optimizer, build_scheduler
+        from xmcbench.train import autocast, build_optimizer, build_scheduler, clip_gradients
 
         c, t = self.config, self.recipe.training
         rng = np.random.default_rng(t.seed)
@@ -152,10 +152,12 @@ class LmtxMethod:
                     sampled = np.array([rng.choice(sorted(pos_sets[i])) for i in b])  # one positive per document
                     pool = np.unique(sampled)  # (P,) the batch's labels: in-batch negatives
                     targets = torch.tensor([[lab in pos_sets[i] for lab in pool] for i in b])  # (B, P)
-                    q = de.embed(self.encoder, tokens.queries, docs[b], ctx.device)  # (B, d)
-                    lab = de.embed(self.encoder, tokens.labels, pool, ctx.device)  # (P, d)
-                    loss = triplet_pool_loss(q @ lab.T, targets.to(ctx.device), margin=c.margin)
+                    with autocast(ctx.device, ctx.precision):
+                        q = de.embed(self.encoder, tokens.queries, docs[b], ctx.device)  # (B, d)
+                        lab = de.embed(self.encoder, tokens.labels, pool, ctx.device)  # (P, d)
+                    loss = triplet_pool_loss(q.float() @ lab.float().T, targets.to(ctx.device), margin=c.margin)
                     loss.backward()
+                    clip_gradients(self.encoder.parameters(), t.grad_clip)
                     optimizer.step()
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
