@@ -16,7 +16,8 @@ def test_judge_eval_reports_quality_and_injection_then_the_cache_answers(tmp_pat
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
     out = json.loads(first.output)
-    assert out["n_pairs"] == 30 and 0 <= out["auc"] <= 1 and set(out["groups"]) <= {"head", "torso", "tail"}
+    assert out["n_pairs"] == 30 and 0 <= out["auc"] <= 1 and set(out["groups"]) <= {"head", "torso", "tail"} and out["groups"]
+    assert sum(g["pairs"] for g in out["groups"].values()) == 30
     assert out["judge"]["asked"] == 30 and len(out["injection"]) == 2
     again = json.loads(runner.invoke(app, args + ["--no-injection"]).output)
     assert again["judge"]["asked"] == 0 and again["judge"]["cache_hits"] == 30

@@ -93,8 +93,8 @@ def judge_quality(p: np.ndarray, is_true: np.ndarray, label_ids: np.ndarray,
         accuracy_at_best=acc, auc=_auc(p, is_true), mean_p_pos=float(p[is_true].mean()),
         mean_p_neg=float(p[~is_true].mean()),
     )
-    for name, members in (groups or {}).items():
-        sel = np.isin(label_ids, members)
+    for name, mask in (groups or {}).items():  # (L,) bool masks, as xmcbench.metrics.groups.label_groups gives
+        sel = np.asarray(mask, dtype=bool)[label_ids]
         if sel.any():
             report.groups[name] = {"pairs": int(sel.sum()), "agreement": float(((p[sel] >= t) == is_true[sel]).mean()),
                                    "auc": _auc(p[sel], is_true[sel])}
