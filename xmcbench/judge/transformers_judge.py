@@ -112,7 +112,9 @@ class TransformersJudge:
                 idx = order[s : s + self.batch_size]
                 batch = self.tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
                                        add_special_tokens=False).to(self.device)
-                logits = self.model(**batch, logits_to_keep=1).logits[:, -1].float()  # (b, V)
+                # Left padding: positions count from each row's first real token, as generate() does.
+                positions = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+                logits = self.model(**batch, position_ids=positions, logits_to_keep=1).logits[:, -1].float()  # (b, V)
                 logp = torch.log_softmax(logits, dim=-1)
                 p = torch.sigmoid(torch.logsumexp(logp[:, yes], -1) - torch.logsumexp(logp[:, no], -1))  # (b,)
                 out[idx] = p.cpu().numpy()
