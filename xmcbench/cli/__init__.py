@@ -14,7 +14,7 @@ import sys
 import typer
 
 from xmcbench import __version__
-from xmcbench.cli import compare, datasets, evaluate, hub, ingest, plan, recipes, run, runs, site, smoke, table
+from xmcbench.cli import compare, datasets, evaluate, hub, ingest, judge, plan, recipes, run, runs, site, smoke, table
 
 app = typer.Typer(
     name="xmcbench",
@@ -87,6 +87,7 @@ app.command("push-results")(hub.push_results)
 app.command("site")(site.site)
 app.add_typer(recipes.app, name="recipes")
 app.command("plan")(plan.plan)
+app.add_typer(judge.app, name="judge")
 
 
 def reflow(text: str | None) -> str | None:

@@ -1,0 +1,129 @@
+"""Helpers of the judge tests: hand-made pairs, and a small OpenAI-compatible test server (standard library), bound to a free port on 127.0.0.1.
+
+It answers ``POST /v1/chat/completions`` the way vLLM and llama.cpp's server do with
+``logprobs: true, top_logprobs: n``: one generated token, ``choices[0].logprobs.content[0]``
+holding the token's logprob and its ``top_logprobs``. ``score(text) -> P(yes)`` decides the
+answer: a real model (``TransformersJudge.score_messages``) or any function.
+
+Modes for the failure tests: ``"ok"``, ``"no_logprobs"`` (answer text only), ``"slow"`` (sleeps
+``delay_s``), ``"error"`` (HTTP 500 the first ``fail_first`` times, then ok), ``"bad_request"``
+(HTTP 400), ``"drop"`` (closes the connection without answering the first ``fail_first`` times),
+``"gibberish"`` (answers "maybe" with no yes/no in the top tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class JudgeServer:
+    def __init__(self, score: Callable[[str], float], mode: str = "ok", delay_s: float = 0.0, fail_first: int = 0):
+        self.score = score
+        self.mode = mode
+        self.delay_s = delay_s
+        self.fail_first = fail_first
+        self.requests = 0
+        self.max_in_flight = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                with server._lock:
+                    server.requests += 1
+                    n = server.requests
+                    server._in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server._in_flight)
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                    if self.path != "/v1/chat/completions":
+                        return self._send(404, {"error": "not found"})
+                    if server.mode == "slow":
+                        time.sleep(server.delay_s)
+                    if server.mode == "drop" and n <= server.fail_first:
+                        self.connection.shutdown(2)
+                        self.close_connection = True
+                        return None
+                    if server.mode == "error" and n <= server.fail_first:
+                        return self._send(500, {"error": "overloaded"})
+                    if server.mode == "bad_request":
+                        return self._send(400, {"error": "unknown model"})
+                    text = body["messages"][-1]["content"]
+                    return self._send(200, server.reply(text, body))
+                finally:
+                    with server._lock:
+                        server._in_flight -= 1
+
+            def _send(self, code, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client timed out first
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def reply(self, text: str, body: dict) -> dict:
+        if self.mode == "gibberish":
+            top = [{"token": "maybe", "logprob": -0.1}, {"token": "perhaps", "logprob": -2.5}]
+            answer = "maybe"
+        else:
+            p = min(max(self.score(text), 1e-6), 1 - 1e-6)
+            # The rest of the mass goes to other tokens, as with a real model: renormalising is the client's job.
+            top = sorted([{"token": "Yes", "logprob": math.log(0.9 * p)}, {"token": "No", "logprob": math.log(0.9 * (1 - p))},
+                          {"token": "The", "logprob": math.log(0.1)}], key=lambda t: -t["logprob"])
+            answer = top[0]["token"]
+        choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "length"}
+        if body.get("logprobs") and self.mode != "no_logprobs":
+            n = int(body.get("top_logprobs") or 1)
+            choice["logprobs"] = {"content": [{"token": top[0]["token"], "logprob": top[0]["logprob"],
+                                               "top_logprobs": top[:n]}]}
+        return {"id": "cmpl-test", "object": "chat.completion", "model": body.get("model"), "choices": [choice]}
+
+    def __enter__(self) -> JudgeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# 20 hand-made pairs (label obviously right / obviously wrong) for the real-model checks.
+PAIRS = [
+    ("A usb hub with four ports and a braided cable for laptops.", "computer accessories", True),
+    ("A usb hub with four ports and a braided cable for laptops.", "garden furniture", False),
+    ("The council regulation fixes import duties on cereals and rice.", "agricultural policy", True),
+    ("The council regulation fixes import duties on cereals and rice.", "space exploration", False),
+    ("Paris is the capital and largest city of France, on the Seine.", "european capitals", True),
+    ("Paris is the capital and largest city of France, on the Seine.", "marine biology", False),
+    ("A stainless steel chef's knife with a 20 cm blade.", "kitchen knives", True),
+    ("A stainless steel chef's knife with a 20 cm blade.", "video games", False),
+    ("The guitar has six nylon strings and a solid cedar top.", "musical instruments", True),
+    ("The guitar has six nylon strings and a solid cedar top.", "tax law", False),
+    ("Photosynthesis converts light energy into chemical energy in plants.", "botany", True),
+    ("Photosynthesis converts light energy into chemical energy in plants.", "football", False),
+    ("The novel follows a detective solving murders in Victorian London.", "crime fiction", True),
+    ("The novel follows a detective solving murders in Victorian London.", "car parts", False),
+    ("Running shoes with a cushioned sole for marathon training.", "sports footwear", True),
+    ("Running shoes with a cushioned sole for marathon training.", "baby food", False),
+    ("The directive sets limits on emissions of nitrogen oxides from vehicles.", "air pollution", True),
+    ("The directive sets limits on emissions of nitrogen oxides from vehicles.", "poetry", False),
+    ("A dry food for adult cats with chicken and rice.", "pet supplies", True),
+    ("A dry food for adult cats with chicken and rice.", "jazz music", False),
+]

