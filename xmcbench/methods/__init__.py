@@ -17,5 +17,6 @@ for _name, _target in (
     ("dexml", "xmcbench.methods.dexml:DexmlMethod"),
     ("unidec", "xmcbench.methods.unidec:UnidecMethod"),
     ("prime", "xmcbench.methods.prime:PrimeMethod"),
+    ("maclr", "xmcbench.methods.maclr:MaclrMethod"),
 ):
     METHODS.add_lazy(_name, _target)
