@@ -72,6 +72,32 @@ class MaclrMethod:
     uses_encoder: ClassVar[bool] = True
     uses_titles: ClassVar[bool] = True  # the runner hands over raw titles and bodies (ICT material)
 
+    @classmethod
+    def recipe_problems(cls, recipe, config: MaclrConfig, *, n_train: int | None,
+                        has_titles: bool) -> list[tuple[str, str, str]]:
+        """(key, message, hint) of what would stop MACLR before training, found at validation time."""
+        problems = []
+        pretrains = recipe.supervision.mode == "zero_shot" or config.pretrain
+        if pretrains and config.stage1_steps > 0 and not has_titles:
+            problems.append((
+                "dataset.name",
+                f"MACLR pre-training (the Inverse Cloze Task) needs instance titles, and {recipe.dataset.name}'s "
+                "instances have none",
+                "zero-shot MACLR cannot run on it; for few-shot set method.pretrain: false (fine-tune only), "
+                "or method.stage1_steps: 0",
+            ))
+        if pretrains and config.clustering and config.stage1_steps > 0 and n_train is not None and config.k0 > n_train:
+            problems.append((
+                "method.k0",
+                f"K0 = {config.k0:,} clusters is more than the {n_train:,} training instances of {recipe.dataset.name}",
+                f"set method.k0 to at most {n_train:,} (the paper: 2048 on 300K-1.8M instances), "
+                "or method.clustering: false",
+            ))
+        if recipe.supervision.mode != "zero_shot" and config.finetune_steps == 0 and not config.pretrain:
+            problems.append(("method.finetune_steps", "MACLR with pretrain: false and finetune_steps: 0 trains nothing",
+                             "set finetune_steps > 0 or pretrain: true"))
+        return problems
+
     def __init__(self, config: MaclrConfig, recipe=None):
         self.config = config
         self.recipe = recipe

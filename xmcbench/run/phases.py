@@ -86,7 +86,8 @@ def build_train_task(recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndar
     )
 
 
-TITLED_FORMATS = ("lf-json", "lf-wikipedia-raw")  # raw records with separate title and content fields
+# raw records with separate title and content fields (zestxml-raw: assumed, see its module)
+TITLED_FORMATS = ("lf-json", "lf-wikipedia-raw", "zestxml-raw")
 
 
 def _titles_and_contents(dataset: PreparedDataset) -> tuple[list[str] | None, list[str] | None]:
@@ -104,6 +105,11 @@ def _titles_and_contents(dataset: PreparedDataset) -> tuple[list[str] | None, li
     if path is None:
         raise XmcbenchError(f"dataset {spec.name}: the raw file {name} (instance titles) is not here; "
                             f"run `xmcbench datasets download {spec.name}`")
+    if spec.format == "zestxml-raw":
+        from xmcbench.data.formats.zestxml import read_titles_and_contents
+
+        titles, contents = read_titles_and_contents(path)
+        return (titles, contents) if any(titles) else (None, None)
     titles, contents = [], []
     for chunk in read_lf_chunks(path, targets=False):
         titles += chunk.titles
