@@ -153,7 +153,10 @@ class MaclrMethod:
         if steps == 0:
             return
         n = len(contexts)
-        schedule = MultiScaleSchedule(c.k0, c.t_k, c.t_update, steps, n) if c.clustering else None
+        try:  # K0 is checked against the catalogue's count at validation; here against the real pairs
+            schedule = MultiScaleSchedule(c.k0, c.t_k, c.t_update, steps, n) if c.clustering else None
+        except ValueError as exc:
+            raise XmcbenchError(f"{exc} (the instances with both a title and a body)") from None
         clusters = np.arange(n)  # (P,) every instance its own cluster = Eq. 1
         if schedule is not None:
             clusters = kmeans_assign(self._encode(contexts, ctx, instance=True), schedule.n_clusters(0), ctx.seed)
