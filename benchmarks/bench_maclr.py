@@ -13,11 +13,11 @@ temporary XMCBENCH_HOME, so nothing of the user's home is touched. Timed separat
 Peak memory is the process's max RSS (``resource.getrusage``), read after each stage: the Stage II
 figure is the peak over both. Speed is never asserted in a test; this script only reports.
 
-Measured (2 shared cores, load average ~15, torch 2 threads, MiniLM, batch 32, lengths 32/16):
+Measured (2 shared cores while the load fell from ~15 to idle, torch 2 threads, MiniLM, batch 32, lengths 32/16):
 ``--steps 4 --train 200 --labels 100``: Stage I 0.35 steps/s (11.4 s, K-means encodings included),
 Stage II 0.61 steps/s (6.6 s, pseudo-pair search included), peak RSS 1.70 GB. The smoke recipe
 (batch 16, lengths 24/12, 567 ICT pairs) ran Stage I at 12 steps / 413 s and Stage II at
-24 steps / 856 s on the same loaded machine (peak 1.24 GB): these are load-dominated figures.
+24 steps / 856 s on a machine at load ~17 (peak 1.24 GB); idle, the whole smoke run takes 44 s.
 """
 
 from __future__ import annotations
