@@ -21,6 +21,7 @@ from xmcbench.errors import DataFormatError, XmcbenchError
 BUILTIN = [
     "LF-AmazonTitles-131K", "LF-Amazon-131K", "LF-WikiSeeAlsoTitles-320K", "LF-WikiSeeAlso-320K",
     "LF-WikiTitles-500K", "LF-Wikipedia-500K", "LF-AmazonTitles-1.3M", "EURLex-4K",
+    "LF-Amazon-1M", "Wiki10-31K", "AmazonCat-13K",
 ]
 
 

@@ -23,6 +23,12 @@ How the data is made (vectorised; LF-AmazonTitles-1.3M's size takes a few minute
 5. Reciprocal pairs: a ``reciprocal_fraction`` of queries *are* a label (same title and uid) of
    their primary label's topic that is not among their targets; each such (query, label) pair
    goes to the split's filter file, as in the real datasets.
+7. ``paraphrase`` (default off; off leaves every file byte-identical): queries paraphrase their
+   labels instead of copying their words. A query title never uses a label title's surface form
+   (only synonyms), and its body uses it a quarter of the time (instead of half), so the body is
+   what links a title's synonyms to the label's words: zero-shot learning from the raw text
+   (MACLR's Inverse Cloze Task on title/body pairs) has something to find, while TF-IDF and a
+   pre-trained encoder, which only see surface forms, are weak. Queries are title + body.
 6. Raw texts carry HTML entities like the real files (a few filler words are ``&amp;`` and
    ``&#8217;s``); some contents (and a very few titles) are empty.
 """
@@ -70,6 +76,7 @@ class SynthParams(BaseModel):
     empty_content_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
     empty_title_fraction: float = Field(default=0.001, ge=0.0, le=1.0)
     compresslevel: int = Field(default=6, ge=0, le=9)
+    paraphrase: bool = False  # queries paraphrase their labels (module docstring, item 7)
 
     @model_validator(mode="after")
     def _fill_topics(self) -> "SynthParams":
@@ -233,6 +240,9 @@ def _query_texts(p: SynthParams, labels: _Labels, vocab: _Vocab, primary: np.nda
     ids = np.arange(n)
     nf = vocab.n_forms
     owner, word = [], []
+    # paraphrase: titles never copy a label's form, bodies rarely (the same draws either way)
+    title_keep = 0.0 if p.paraphrase else p.keep_form
+    body_keep = 0.25 if p.paraphrase else 0.5
 
     def add(rows: np.ndarray, words: np.ndarray, prob: float) -> None:
         keep = rng.random(len(rows)) < prob
@@ -240,18 +250,18 @@ def _query_texts(p: SynthParams, labels: _Labels, vocab: _Vocab, primary: np.nda
         word.append(words[keep])
 
     # the primary label's own concepts and topic concept, a second concept of the same topic
-    add(ids, vocab.own_word(labels.own[primary, 0], _forms(n, p.keep_form, nf, rng)), 0.75)
-    add(ids, vocab.own_word(labels.own[primary, 1], _forms(n, p.keep_form, nf, rng)), 0.5)
-    add(ids, vocab.topic_word(labels.topic_concept[primary], _forms(n, p.keep_form, nf, rng)), 0.6)
+    add(ids, vocab.own_word(labels.own[primary, 0], _forms(n, title_keep, nf, rng)), 0.75)
+    add(ids, vocab.own_word(labels.own[primary, 1], _forms(n, title_keep, nf, rng)), 0.5)
+    add(ids, vocab.topic_word(labels.topic_concept[primary], _forms(n, title_keep, nf, rng)), 0.6)
     other = labels.topic[primary] * _TOPIC_CONCEPTS + rng.integers(0, _TOPIC_CONCEPTS, size=n)
-    add(ids, vocab.topic_word(other, _forms(n, p.keep_form, nf, rng)), 0.5)
+    add(ids, vocab.topic_word(other, _forms(n, title_keep, nf, rng)), 0.5)
     # one concept of each of up to two other labels of the query
     counts = np.diff(targets.indptr)
     for j in range(2):
         has = np.flatnonzero(counts > j + 1)
         lab = targets.indices[targets.indptr[has] + j]
         lab = np.where(lab == primary[has], targets.indices[targets.indptr[has] + counts[has] - 1 - j], lab)
-        add(has, vocab.own_word(labels.own[lab, j % 2], _forms(len(has), p.keep_form, nf, rng)), 0.6)
+        add(has, vocab.own_word(labels.own[lab, j % 2], _forms(len(has), title_keep, nf, rng)), 0.6)
     f_owner, f_word = _fillers(n, 1.5, rng)
     owner.append(np.concatenate([ids, f_owner]))  # at least one filler: no title is accidentally empty
     word.append(np.concatenate([rng.integers(0, _N_FILLERS, size=n), f_word]))
@@ -263,10 +273,10 @@ def _query_texts(p: SynthParams, labels: _Labels, vocab: _Vocab, primary: np.nda
         c_owner, c_word = [], []
         for j in range(3):
             c_owner.append(ids)
-            c_word.append(vocab.own_word(labels.own[primary, j % 2], _forms(n, 0.5, nf, rng)))
+            c_word.append(vocab.own_word(labels.own[primary, j % 2], _forms(n, body_keep, nf, rng)))
             c_owner.append(ids)
             c_word.append(vocab.topic_word(labels.topic[primary] * _TOPIC_CONCEPTS
-                                           + rng.integers(0, _TOPIC_CONCEPTS, size=n), _forms(n, 0.5, nf, rng)))
+                                           + rng.integers(0, _TOPIC_CONCEPTS, size=n), _forms(n, body_keep, nf, rng)))
         f_owner, f_word = _fillers(n, max(p.content_words - 6, 0), rng)
         contents = vocab.texts(np.concatenate(c_owner + [f_owner]), np.concatenate(c_word + [f_word]), n, rng)
     for i in np.flatnonzero(rng.random(n) < p.empty_content_fraction).tolist():
@@ -379,6 +389,11 @@ def make_synthetic_spec(name: str, *, query_text: str = "title", description: st
     """
     check_dataset_name(name)
     p = SynthParams(**params)
+    synthetic = p.model_dump()
+    if not p.paraphrase:
+        del synthetic["paraphrase"]  # specs saved before the option existed stay equal
+    elif query_text == "title":
+        query_text = "title+content"  # a paraphrase dataset is full-text, like LF-Amazon-131K
     return DatasetSpec(
         name=name,
         raw_group=name,
@@ -393,7 +408,7 @@ def make_synthetic_spec(name: str, *, query_text: str = "title", description: st
             f"Synthetic LF-format dataset: {p.n_labels:,} labels, {p.n_train:,} train / {p.n_test:,} test "
             f"queries, seed {p.seed}."
         ),
-        synthetic=p.model_dump(),
+        synthetic=synthetic,
     )
 
 

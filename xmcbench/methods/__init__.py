@@ -18,5 +18,6 @@ for _name, _target in (
     ("unidec", "xmcbench.methods.unidec:UnidecMethod"),
     ("prime", "xmcbench.methods.prime:PrimeMethod"),
     ("lmtx", "xmcbench.methods.lmtx:LmtxMethod"),
+    ("maclr", "xmcbench.methods.maclr:MaclrMethod"),
 ):
     METHODS.add_lazy(_name, _target)

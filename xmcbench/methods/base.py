@@ -44,6 +44,11 @@ class TrainTask:
     seen_labels: np.ndarray | None = None  # bool (L,), few-shot only
     inv_propensity: np.ndarray | None = None  # (L,) from the full training labels (evaluation's weights)
     dataset_version: str | None = None  # fingerprint of the raw files: keys tokenisation caches
+    # Raw title and body of each training instance, for methods that pre-train on the text itself
+    # (MACLR's Inverse Cloze Task); None when the dataset's format has no titles.
+    train_titles: Sequence[str] | None = None
+    train_contents: Sequence[str] | None = None
+    supervision: dict | None = None  # regime, sampled label count, training pairs (recorded with the run)
 
     @property
     def n_labels(self) -> int:

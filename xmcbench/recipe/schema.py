@@ -55,6 +55,8 @@ class SyntheticSpec(Section):
     train: int = Field(gt=0, le=MAX_SYNTHETIC)
     test: int = Field(gt=0, le=MAX_SYNTHETIC)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    # queries paraphrase their labels; instances are title + body (xmcbench.data.synth, item 7)
+    paraphrase: bool = False
 
 
 class DatasetSection(Section):

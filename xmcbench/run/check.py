@@ -18,6 +18,7 @@ from xmcbench.methods import METHODS
 from xmcbench.recipe import Problem, Recipe, RecipeError, read_recipe
 from xmcbench.recipe.load import problems_from
 from xmcbench.registry import did_you_mean
+from xmcbench.run.phases import TITLED_FORMATS
 
 
 def check_recipe(path: str | Path, overrides: list[str] | None = None) -> tuple[Recipe | None, list[Problem]]:
@@ -47,13 +48,23 @@ def check_data(data: dict[str, Any], file: str) -> tuple[Recipe | None, list[Pro
     config, problems = _method_problems(file, data["method"])
     if recipe.dataset.synthetic is None:
         problems += _dataset_problems(file, recipe.dataset.name)
-    problems += _supervision_problems(file, recipe)
+    if not problems:
+        problems += _supervision_problems(file, recipe, config)
     if problems:
         return None, problems
     return recipe.bind_method_config(config), []
 
 
-def _supervision_problems(file: str, recipe: Recipe) -> list[Problem]:
+def _supervision_problems(file: str, recipe: Recipe, config: Any = None) -> list[Problem]:
+    method_cls = METHODS.get(recipe.method.name) if recipe.method.name in METHODS else None
+    if method_cls is not None and config is not None and hasattr(method_cls, "recipe_problems"):
+        # what only the method knows (MACLR: ICT needs titles; K0 must not exceed the instances)
+        spec = None if recipe.dataset.synthetic is not None else get_spec(recipe.dataset.name)
+        n_train = recipe.dataset.synthetic.train if spec is None else spec.paper_counts.get("train")
+        has_titles = spec is None or spec.format in TITLED_FORMATS
+        found = method_cls.recipe_problems(recipe, config, n_train=n_train, has_titles=has_titles)
+        if found:
+            return [Problem(file, key, message, hint) for key, message, hint in found]
     if recipe.supervision.mode == "zero_shot" and recipe.method.name in METHODS:
         if METHODS.get(recipe.method.name).requires_labels:
             return [

@@ -45,8 +45,16 @@ def ensure_dataset(recipe: Recipe, progress: bool = True) -> PreparedDataset:
     return load_dataset(ds.name, download=True, source=ds.source, synthetic=synthetic, progress=progress)
 
 
-def build_train_task(recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndarray) -> TrainTask:
-    """The training side as the supervision regime lets the method see it."""
+def build_train_task(recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndarray,
+                     with_titles: bool = False) -> TrainTask:
+    """The training side as the supervision regime lets the method see it.
+
+    zero_shot: no label array at all (``train_labels`` and ``seen_labels`` are None).
+    few_shot: ``label_fraction`` of the labels drawn with ``supervision.seed``; every training
+    pair of a drawn label is kept and no other (evaluation still uses every label and the full
+    test set, as MACLR's FS-XMC protocol does). ``supervision`` records what was kept.
+    ``with_titles``: also hand over each training instance's raw title and body (ICT material).
+    """
     sup = recipe.supervision
     labels = dataset.labels("train")
     seen = None
@@ -59,6 +67,11 @@ def build_train_task(recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndar
         seen[rng.choice(dataset.n_labels, size=n_keep, replace=False)] = True
         labels = sparse.csr_matrix(labels.multiply(seen[None, :].astype(np.float32)))
         labels.eliminate_zeros()
+    summary = {"mode": sup.mode, "label_fraction": sup.label_fraction,
+               "labels_sampled": int(seen.sum()) if seen is not None else None,
+               "train_pairs": int(labels.nnz) if labels is not None else 0,
+               "train_queries_with_labels": int(np.count_nonzero(np.diff(labels.indptr))) if labels is not None else 0}
+    titles, contents = _titles_and_contents(dataset) if with_titles else (None, None)
     return TrainTask(
         dataset_name=dataset.name,
         train_texts=dataset.query_texts("train"),
@@ -67,7 +80,41 @@ def build_train_task(recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndar
         seen_labels=seen,
         inv_propensity=inv_prop,
         dataset_version=dataset.version,
+        train_titles=titles,
+        train_contents=contents,
+        supervision=summary,
     )
+
+
+# raw records with separate title and content fields (zestxml-raw: assumed, see its module)
+TITLED_FORMATS = ("lf-json", "lf-wikipedia-raw", "zestxml-raw")
+
+
+def _titles_and_contents(dataset: PreparedDataset) -> tuple[list[str] | None, list[str] | None]:
+    """Raw titles and bodies of the training instances, in prepared order; (None, None) without titles."""
+    from xmcbench import paths
+    from xmcbench.data.formats import get_format
+    from xmcbench.data.formats.lf_json import read_lf_chunks
+    from xmcbench.data.raw import find_raw_file
+
+    spec = dataset.spec
+    if spec.format not in TITLED_FORMATS:
+        return None, None
+    name = get_format(spec.format).split_files["train"]
+    path = find_raw_file(paths.dataset_raw_dir(spec.raw_group), name)
+    if path is None:
+        raise XmcbenchError(f"dataset {spec.name}: the raw file {name} (instance titles) is not here; "
+                            f"run `xmcbench datasets download {spec.name}`")
+    if spec.format == "zestxml-raw":
+        from xmcbench.data.formats.zestxml import read_titles_and_contents
+
+        titles, contents = read_titles_and_contents(path)
+        return (titles, contents) if any(titles) else (None, None)
+    titles, contents = [], []
+    for chunk in read_lf_chunks(path, targets=False):
+        titles += chunk.titles
+        contents += chunk.contents
+    return titles, contents
 
 
 def eval_rows(recipe: Recipe, n: int) -> np.ndarray | None:
@@ -116,7 +163,9 @@ def train(recipe: Recipe, data: EvalData, ctx: RunContext, done: list[str], is_m
     if "train" in done and model_dir.exists():
         method.load(model_dir)
     else:
-        method.fit(build_train_task(recipe, data.dataset, data.inv_prop), ctx)
+        task = build_train_task(recipe, data.dataset, data.inv_prop, with_titles=getattr(method_cls, "uses_titles", False))
+        ctx.accounting["supervision"] = task.supervision
+        method.fit(task, ctx)
         if is_main:
             method.save(model_dir)
     return method

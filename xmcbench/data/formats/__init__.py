@@ -54,6 +54,8 @@ FORMATS: Registry[Format] = Registry("dataset format")
 FORMATS.add_lazy("lf-json", "xmcbench.data.formats.lf_json:FORMAT")
 FORMATS.add_lazy("lf-wikipedia-raw", "xmcbench.data.formats.wikipedia:FORMAT")
 FORMATS.add_lazy("eurlex-raw", "xmcbench.data.formats.eurlex:FORMAT")
+FORMATS.add_lazy("zestxml-raw", "xmcbench.data.formats.zestxml:FORMAT")
+FORMATS.add_lazy("aplc-csv", "xmcbench.data.formats.aplc_csv:FORMAT")
 
 
 def get_format(name: str) -> Format:

@@ -1,0 +1,349 @@
+"""MACLR (Xiong et al., "Extreme Zero-Shot Learning for Extreme Text Classification", NAACL 2022).
+
+A shared-weight encoder E trained without a single (instance, label) pair, then optionally
+fine-tuned on a few:
+
+- Stage I (Sec. 4.2): Inverse Cloze Task pairs (context = instance text without its title,
+  pseudo-label = the title). For the first half of the steps, K-means of the context embeddings
+  makes same-cluster pairs positives (SupCon, Eq. 2) with K = K0 doubling every T_K steps and
+  assignments refreshed every T_update steps; afterwards every instance is its own cluster
+  (Eq. 1). Label regularisation (Eq. 3) pushes each context away from M random label texts,
+  with its own dropout view as the positive. L = L_cluster + L_label.
+- Stage II (Sec. 4.3): pseudo pairs from the top-k labels of the Stage-I encoder and of TF-IDF
+  (unigram + bigram, max_df 0.98), mixed, trained with Eq. 2.
+- Few-shot (Sec. 4.4, FS-XMC): fine-tune on the visible pairs with Eq. 1.
+
+Switches reproduce the ablations of Table 4 (``clustering``, ``label_regularisation``,
+``self_training``); ``clustering: false, label_regularisation: false, self_training: false``
+is the "ICT" baseline of Table 1.
+
+Regime: with ``supervision: zero_shot`` the runner hands ``fit`` no label array at all; with
+``few_shot`` the pre-training still uses only raw texts and the fine-tuning sees the sampled
+labels' pairs alone. A resumed run restarts ``fit`` from the beginning (no per-step checkpoints).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+from pydantic import Field
+from scipy import sparse
+
+from xmcbench.errors import XmcbenchError
+from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
+
+
+class MaclrConfig(MethodConfig):
+    # Stage I (paper Appendix A: 100,000 steps; K0 2048, T_K 10,000, T_update 5,000)
+    stage1_steps: int = Field(default=100_000, ge=0)
+    clustering: bool = True  # multi-scale adaptive clustering (Table 4 column); false: plain ICT (Eq. 1)
+    k0: int = Field(default=2048, ge=1)
+    t_k: int = Field(default=10_000, ge=1)
+    t_update: int = Field(default=5_000, ge=1)
+    label_regularisation: bool = True  # Eq. 3 (Table 4 column)
+    label_negatives: int = Field(default=32, ge=1)  # M: not reported in the paper; = the per-GPU batch
+    title_removal: float = Field(default=1.0, ge=0.0, le=1.0)  # MACLR Sec. 4.2: x̂ = {s2..sn}, always removed
+    # Stage II (Sec. 4.3; Appendix A: top 3 of the encoder and of TF-IDF; "Ttotal steps" = 100,000)
+    self_training: bool = True
+    stage2_steps: int = Field(default=100_000, ge=0)
+    pseudo_top_k: int = Field(default=3, ge=1)
+    tfidf_max_df: float = Field(default=0.98, gt=0.0, le=1.0)  # pecos' default, as the pecos issue settles it
+    tfidf_ngram_max: int = Field(default=2, ge=1, le=3)  # unigram + bigram
+    # Few-shot fine-tuning (Appendix A: lr 5e-6; 2,000 steps at 1% of labels, 10,000 at 5%)
+    pretrain: bool = True  # few_shot / full: run Stages I-II before fine-tuning (false: fine-tune the encoder as is)
+    finetune_steps: int = Field(default=2_000, ge=0)
+    finetune_lr: float = Field(default=5e-6, gt=0)
+    # Encoder head and scoring (Appendix A: CLS + linear to 512-d; no temperature is printed)
+    projection_dim: int | None = Field(default=512, gt=0)  # null: no head (keep a sentence encoder's space)
+    temperature: float = Field(default=1.0, gt=0)  # not reported: 1.0 is the printed equations
+    encode_batch_size: int = Field(default=256, gt=0)
+    search_backend: str = Field(default="torch", pattern="^(torch|faiss)$")
+
+
+class MaclrMethod:
+    name: ClassVar[str] = "maclr"
+    Config: ClassVar[type[MaclrConfig]] = MaclrConfig
+    requires_labels: ClassVar[bool] = False
+    uses_encoder: ClassVar[bool] = True
+    uses_titles: ClassVar[bool] = True  # the runner hands over raw titles and bodies (ICT material)
+
+    @classmethod
+    def recipe_problems(cls, recipe, config: MaclrConfig, *, n_train: int | None,
+                        has_titles: bool) -> list[tuple[str, str, str]]:
+        """(key, message, hint) of what would stop MACLR before training, found at validation time."""
+        problems = []
+        pretrains = recipe.supervision.mode == "zero_shot" or config.pretrain
+        if pretrains and config.stage1_steps > 0 and not has_titles:
+            problems.append((
+                "dataset.name",
+                f"MACLR pre-training (the Inverse Cloze Task) needs instance titles, and {recipe.dataset.name}'s "
+                "instances have none",
+                "zero-shot MACLR cannot run on it; for few-shot set method.pretrain: false (fine-tune only), "
+                "or method.stage1_steps: 0",
+            ))
+        if pretrains and config.clustering and config.stage1_steps > 0 and n_train is not None and config.k0 > n_train:
+            problems.append((
+                "method.k0",
+                f"K0 = {config.k0:,} clusters is more than the {n_train:,} training instances of {recipe.dataset.name}",
+                f"set method.k0 to at most {n_train:,} (the paper: 2048 on 300K-1.8M instances), "
+                "or method.clustering: false",
+            ))
+        if recipe.supervision.mode != "zero_shot" and config.finetune_steps == 0 and not config.pretrain:
+            problems.append(("method.finetune_steps", "MACLR with pretrain: false and finetune_steps: 0 trains nothing",
+                             "set finetune_steps > 0 or pretrain: true"))
+        return problems
+
+    def __init__(self, config: MaclrConfig, recipe=None):
+        self.config = config
+        self.recipe = recipe
+        self.encoder = None
+        self.label_emb: np.ndarray | None = None  # (L, d)
+
+    # ---------------------------------------------------------------------------------------
+    # fit: Stage I -> Stage II -> few-shot fine-tuning -> label embeddings
+
+    def fit(self, task: TrainTask, ctx: RunContext) -> None:
+        from xmcbench.methods.dual_encoder import build_encoder
+
+        c, t = self.config, self.recipe.training
+        ctx.seed_everything()
+        self.encoder = build_encoder(self.recipe, projection_dim=c.projection_dim).to(ctx.device)
+        labels = list(task.label_texts)  # (L,) label texts are always visible
+        rng = np.random.default_rng([ctx.seed, 11])
+        acc = ctx.accounting
+        acc.update(batch_size=t.batch_size, label_negatives=c.label_negatives if c.label_regularisation else 0,
+                   hard_negatives_per_query=0, positives_per_query=1)
+        walls: dict[str, float] = {}
+
+        if task.train_labels is None or c.pretrain:
+            contexts, titles = ict_pairs(task, c.title_removal, rng)  # (P,), (P,) ICT pairs
+            acc["ict_pairs"] = len(contexts)
+            started = time.perf_counter()
+            self._stage1(contexts, titles, labels, ctx, rng)
+            walls["stage1"] = time.perf_counter() - started
+            if c.self_training and c.stage2_steps > 0:
+                started = time.perf_counter()
+                self._stage2(list(task.train_texts), labels, ctx, rng)
+                walls["stage2"] = time.perf_counter() - started
+
+        if task.train_labels is not None and c.finetune_steps > 0:
+            started = time.perf_counter()
+            self._finetune(list(task.train_texts), labels, task.train_labels, ctx, rng)
+            walls["finetune"] = time.perf_counter() - started
+
+        acc["stage_wall_s"] = {k: round(v, 2) for k, v in walls.items()}
+        e = self.recipe.encoder
+        self.label_emb = self.encoder.encode(labels, batch_size=c.encode_batch_size, device=ctx.device,
+                                             max_length=e.label_max_length or e.max_length, progress=ctx.progress,
+                                             description="encode labels")  # (L, d)
+
+    def _stage1(self, contexts: list[str], titles: list[str], labels: list[str], ctx: RunContext,
+                rng: np.random.Generator) -> None:
+        """ICT with multi-scale adaptive clustering (Eq. 2 -> Eq. 1) + label regularisation (Eq. 3)."""
+        from xmcbench.losses.label_regularisation import label_regularisation_loss
+        from xmcbench.losses.supcon import supcon_loss
+        from xmcbench.sampling.multiscale import MultiScaleSchedule, kmeans_assign
+
+        c, steps = self.config, self.config.stage1_steps
+        if steps == 0:
+            return
+        n = len(contexts)
+        try:  # K0 is checked against the catalogue's count at validation; here against the real pairs
+            schedule = MultiScaleSchedule(c.k0, c.t_k, c.t_update, steps, n) if c.clustering else None
+        except ValueError as exc:
+            raise XmcbenchError(f"{exc} (the instances with both a title and a body)") from None
+        clusters = np.arange(n)  # (P,) every instance its own cluster = Eq. 1
+        if schedule is not None:
+            clusters = kmeans_assign(self._encode(contexts, ctx, instance=True), schedule.n_clusters(0), ctx.seed)
+        k_history = []
+        opt, sched = self._optimizer(self.recipe.training.lr, steps)
+        for step in range(1, steps + 1):
+            rows = rng.choice(n, size=min(self.recipe.training.batch_size, n), replace=False)  # (N,)
+            active = schedule is not None and schedule.clustering_active(step)
+            batch_clusters = torch.as_tensor(clusters[rows] if active else np.arange(rows.size))  # (N,)
+            h = self._embed([contexts[i] for i in rows], ctx, instance=True)  # (N, d) ĥ_i, dropout mask z
+            y = self._embed([titles[i] for i in rows], ctx, instance=False)  # (N, d) E(ŷ_j)
+            loss = supcon_loss(h @ y.T / c.temperature, batch_clusters.to(h.device))
+            pool = rows.size
+            if c.label_regularisation:
+                h_plus = self._embed([contexts[i] for i in rows], ctx, instance=True)  # (N, d) mask z⁺
+                neg = rng.choice(len(labels), size=min(c.label_negatives, len(labels)), replace=False)
+                y_neg = self._embed([labels[j] for j in neg], ctx, instance=False)  # (M, d)
+                loss = loss + label_regularisation_loss(h, h_plus, y_neg, temperature=c.temperature)
+                pool += neg.size
+            self._step(loss, opt, sched, ctx, pool)
+            if schedule is not None and schedule.refresh_due(step):
+                k = schedule.n_clusters(step)
+                clusters = kmeans_assign(self._encode(contexts, ctx, instance=True), k, ctx.seed + step)
+                k_history.append((step, k))
+        ctx.accounting.update(stage1_steps=steps, clusters_k0=c.k0 if c.clustering else None,
+                              cluster_refreshes=[list(x) for x in k_history])
+
+    def _stage2(self, texts: list[str], labels: list[str], ctx: RunContext, rng: np.random.Generator) -> None:
+        """Self-training on the union of the encoder's and TF-IDF's top-k labels, Eq. 2."""
+        from xmcbench.search.exact import exact_topk
+
+        c = self.config
+        e = self.recipe.encoder
+        inst = self._encode(texts, ctx, instance=True)  # (N, d)
+        lab = self.encoder.encode(labels, batch_size=c.encode_batch_size, device=ctx.device,
+                                  max_length=e.label_max_length or e.max_length)  # (L, d)
+        dense = exact_topk(inst, lab, c.pseudo_top_k, device=ctx.device, backend=c.search_backend)  # (N, L) CSR
+        sparse_view = tfidf_topk(texts, labels, c.pseudo_top_k, c.tfidf_max_df, c.tfidf_ngram_max)  # (N, L) CSR
+        pseudo = binarise(dense) + binarise(sparse_view)
+        pseudo = binarise(pseudo.tocsr())  # (N, L) mixed pseudo labels, union of both views
+        ctx.accounting.update(stage2_pseudo_pairs=int(pseudo.nnz), stage2_steps=c.stage2_steps)
+        self._train_pairs(texts, labels, pseudo, c.stage2_steps, self.recipe.training.lr, ctx, rng)
+
+    def _finetune(self, texts: list[str], labels: list[str], truth: sparse.csr_matrix, ctx: RunContext,
+                  rng: np.random.Generator) -> None:
+        """FS-XMC: the visible (instance, label) pairs with Eq. 1 (in-batch label columns)."""
+        truth = binarise(truth)
+        if truth.nnz == 0:
+            raise XmcbenchError("few-shot fine-tuning has no visible (instance, label) pair; raise label_fraction")
+        ctx.accounting.update(finetune_pairs=int(truth.nnz), finetune_steps=self.config.finetune_steps)
+        self._train_pairs(texts, labels, truth, self.config.finetune_steps, self.config.finetune_lr, ctx, rng)
+
+    def _train_pairs(self, texts: list[str], labels: list[str], pairs: sparse.csr_matrix, steps: int, lr: float,
+                     ctx: RunContext, rng: np.random.Generator) -> None:
+        """Batches of N (instance, label) pairs; column p is a positive of row i when label_p ∈ labels(x_i).
+
+        With no two pairs of a batch sharing an instance or a label this is Eq. 1 exactly; otherwise
+        it is Eq. 2, which never asks a true label of row i to be a negative.
+        """
+        from xmcbench.losses.supcon import supcon_loss_from_targets
+
+        coo = pairs.tocoo()
+        inst, lab = coo.row.astype(np.int64), coo.col.astype(np.int64)  # (P,), (P,)
+        if steps == 0 or inst.size == 0:
+            return
+        opt, sched = self._optimizer(lr, steps)
+        for _ in range(steps):
+            idx = rng.choice(inst.size, size=min(self.recipe.training.batch_size, inst.size), replace=False)  # (N,)
+            rows, cols = inst[idx], lab[idx]
+            positives = torch.as_tensor(np.asarray(pairs[rows][:, cols].todense()) > 0)  # (N, N)
+            positives |= torch.eye(idx.size, dtype=torch.bool)
+            x = self._embed([texts[i] for i in rows], ctx, instance=True)  # (N, d)
+            y = self._embed([labels[j] for j in cols], ctx, instance=False)  # (N, d)
+            loss = supcon_loss_from_targets(x @ y.T / self.config.temperature, positives.to(x.device))
+            self._step(loss, opt, sched, ctx, idx.size)
+
+    # ---------------------------------------------------------------------------------------
+    # pieces
+
+    def _embed(self, texts: Sequence[str], ctx: RunContext, instance: bool) -> torch.Tensor:
+        """E(texts) with a graph, in train mode (dropout on: two calls give two dropout views)."""
+        from xmcbench.train import autocast
+
+        e = self.recipe.encoder
+        length = e.max_length if instance else (e.label_max_length or e.max_length)
+        self.encoder.train()
+        batch = self.encoder.tokenize(list(texts), length)
+        with autocast(ctx.device, ctx.precision):
+            out = self.encoder(batch["input_ids"].to(ctx.device), batch["attention_mask"].to(ctx.device))
+        return out.float()
+
+    def _encode(self, texts: Sequence[str], ctx: RunContext, instance: bool) -> np.ndarray:
+        e = self.recipe.encoder
+        length = e.max_length if instance else (e.label_max_length or e.max_length)
+        return self.encoder.encode(texts, batch_size=self.config.encode_batch_size, device=ctx.device,
+                                   max_length=length)
+
+    def _optimizer(self, lr: float, steps: int):
+        from xmcbench.train.optim import build_optimizer, build_scheduler
+
+        t = self.recipe.training
+        opt = build_optimizer([(self.encoder.named_parameters(), lr)], t.weight_decay)
+        return opt, build_scheduler(opt, steps, t.warmup_ratio, t.schedule)
+
+    def _step(self, loss: torch.Tensor, opt, sched, ctx: RunContext, pool: int) -> None:
+        from xmcbench.train.optim import clip_gradients
+
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_gradients(self.encoder.parameters(), self.recipe.training.grad_clip)
+        opt.step()
+        sched.step()
+        ctx.record_pool(pool)
+
+    # ---------------------------------------------------------------------------------------
+    # predict / save / load
+
+    def predict(self, texts: Sequence[str], k: int, ctx: RunContext) -> sparse.csr_matrix:
+        from xmcbench.methods.dual_encoder import predict_topk
+
+        assert self.encoder is not None and self.label_emb is not None, "fit or load first"
+        return predict_topk(self.encoder, texts, self.label_emb, k, ctx, self.config.encode_batch_size,
+                            self.config.search_backend)
+
+    def save(self, path: Path) -> None:
+        from xmcbench.methods.dual_encoder import save_array
+
+        path.mkdir(parents=True, exist_ok=True)
+        self.encoder.save(path / "encoder")
+        save_array(path / "label_embeddings.npy", self.label_emb)
+
+    def load(self, path: Path) -> None:
+        from xmcbench.methods.dual_encoder import build_encoder_from
+
+        self.encoder = build_encoder_from(path / "encoder", self.recipe)
+        self.label_emb = np.load(path / "label_embeddings.npy")
+
+    def parameter_counts(self) -> tuple[int, int]:
+        if self.encoder is None:
+            return 0, 0
+        n = sum(p.numel() for p in self.encoder.parameters())
+        return n, n
+
+
+# -------------------------------------------------------------------------------------------
+# helpers (pure functions, tested on their own)
+
+
+def ict_pairs(task: TrainTask, removal: float, rng: np.random.Generator) -> tuple[list[str], list[str]]:
+    """(contexts, titles) of the training instances that have both a title and a body.
+
+    Context = the body (title removed); with ``removal < 1`` the title is kept at the front of the
+    context with probability 1 - removal (Lee et al.'s ICT keeps it 10% of the time).
+    """
+    if task.train_titles is None or task.train_contents is None:
+        raise XmcbenchError(
+            f"MACLR's Inverse Cloze Task needs instance titles, and dataset {task.dataset_name} has none; "
+            "run it with supervision few_shot and method.pretrain: false, or pick a dataset with titles"
+        )
+    contexts, titles = [], []
+    keep = rng.random(len(task.train_titles)) >= removal
+    for title, body, kept in zip(task.train_titles, task.train_contents, keep, strict=True):
+        if title and body:
+            titles.append(title)
+            contexts.append(f"{title} {body}" if kept else body)
+    if len(contexts) < 2:
+        raise XmcbenchError(f"dataset {task.dataset_name}: fewer than 2 training instances have both a title and a "
+                            "body, so there are no Inverse Cloze Task pairs to pre-train on")
+    return contexts, titles
+
+
+def binarise(matrix: sparse.spmatrix) -> sparse.csr_matrix:
+    m = sparse.csr_matrix(matrix, copy=True)
+    m.eliminate_zeros()
+    m.data = np.ones_like(m.data, dtype=np.float32)
+    return m
+
+
+def tfidf_topk(texts: list[str], labels: list[str], k: int, max_df: float, ngram_max: int,
+               chunk: int = 4096) -> sparse.csr_matrix:
+    """(N, L) top-k labels of each text by TF-IDF cosine (unigram..ngram_max, max_df), Stage II's sparse view."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from xmcbench.search.sparse_topk import topk_csr
+
+    vec = TfidfVectorizer(ngram_range=(1, ngram_max), max_df=max_df, sublinear_tf=True, dtype=np.float32)
+    vec.fit(labels + texts)
+    label_t = vec.transform(labels).T.tocsc()  # (V, L)
+    parts = [topk_csr((vec.transform(texts[s : s + chunk]) @ label_t).tocsr(), k) for s in range(0, len(texts), chunk)]
+    return sparse.vstack(parts, format="csr")
