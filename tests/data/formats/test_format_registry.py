@@ -11,7 +11,7 @@ from xmcbench.errors import XmcbenchError
 
 
 def test_builtin_formats_are_registered():
-    assert FORMATS.names() == ["lf-json", "lf-wikipedia-raw", "eurlex-raw"]
+    assert FORMATS.names() == ["lf-json", "lf-wikipedia-raw", "eurlex-raw", "zestxml-raw", "aplc-csv"]
     for name in FORMATS.names():
         fmt = get_format(name)
         assert fmt.name == name and set(fmt.split_files) == {"train", "test"}
