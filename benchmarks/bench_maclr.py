@@ -61,18 +61,30 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    recipe = recipe_from_dict({
-        "name": "bench-maclr",
-        "dataset": {"name": "bench-paraphrase",
-                    "synthetic": {"labels": args.labels, "train": args.train, "test": 10, "seed": 0, "paraphrase": True}},
-        "supervision": {"mode": "zero_shot"},
-        "method": {"name": "maclr"},
-        "encoder": {"name": args.encoder, "max_length": args.max_length, "label_max_length": args.label_max_length},
-        "training": {"batch_size": args.batch_size, "lr": 1e-4, "warmup_ratio": 0.1},
-        "hardware": {"devices": "cpu"},
-    })
-    config = MaclrConfig(stage1_steps=args.steps, stage2_steps=args.steps, k0=min(32, args.train // 4), t_k=args.steps,
-                         t_update=max(1, args.steps // 4), label_negatives=16, projection_dim=None, temperature=0.05)
+    recipe = recipe_from_dict(
+        {
+            "name": "bench-maclr",
+            "dataset": {
+                "name": "bench-paraphrase",
+                "synthetic": {"labels": args.labels, "train": args.train, "test": 10, "seed": 0, "paraphrase": True},
+            },
+            "supervision": {"mode": "zero_shot"},
+            "method": {"name": "maclr"},
+            "encoder": {"name": args.encoder, "max_length": args.max_length, "label_max_length": args.label_max_length},
+            "training": {"batch_size": args.batch_size, "lr": 1e-4, "warmup_ratio": 0.1},
+            "hardware": {"devices": "cpu"},
+        }
+    )
+    config = MaclrConfig(
+        stage1_steps=args.steps,
+        stage2_steps=args.steps,
+        k0=min(32, args.train // 4),
+        t_k=args.steps,
+        t_update=max(1, args.steps // 4),
+        label_negatives=16,
+        projection_dim=None,
+        temperature=0.05,
+    )
     ds = ensure_dataset(recipe, progress=False)
     task = build_train_task(recipe, ds, np.ones(ds.n_labels), with_titles=True)
     ctx = RunContext(run_dir=tempfile.mkdtemp(prefix="bench-run-"), progress=False)
@@ -83,8 +95,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     contexts, titles = ict_pairs(task, config.title_removal, rng)
     labels = list(task.label_texts)
-    print(f"encoder {args.encoder}, {len(contexts):,} ICT pairs, {len(labels):,} labels, batch {args.batch_size}, "
-          f"lengths {args.max_length}/{args.label_max_length}, torch threads {torch.get_num_threads()}")
+    print(
+        f"encoder {args.encoder}, {len(contexts):,} ICT pairs, {len(labels):,} labels, batch {args.batch_size}, "
+        f"lengths {args.max_length}/{args.label_max_length}, torch threads {torch.get_num_threads()}"
+    )
 
     start = time.perf_counter()
     method._stage1(contexts, titles, labels, ctx, rng)

@@ -180,7 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"data: {args.rows:,} rows x {args.per_row} predictions, {args.labels:,} labels (seed {args.seed})")
     predictions, truth, train = make_data(args.rows, args.labels, args.per_row, args.seed)
     w = inv_propensity(train, 0.55, 1.5)
-    print(f"      {truth.nnz / args.rows:.2f} true labels per row, {predictions.nnz / args.rows:.1f} predictions per row")
+    print(
+        f"      {truth.nnz / args.rows:.2f} true labels per row, {predictions.nnz / args.rows:.1f} predictions per row"
+    )
 
     rows = []  # (tool, rows run, wall s, cpu s, scale to --rows, note)
     t_x, c_x, s_x = time_xmcbench(predictions, truth, w)
@@ -197,8 +199,10 @@ def main(argv: list[str] | None = None) -> None:
         n_csr = max(1, n_sub // 4)
         t_c, c_c, s_c = time_napkinxc_csr(predictions, truth, w, n_csr)
         check = evaluate(predictions[:n_csr], truth[:n_csr], k=KS, inv_propensity=w, metrics=FAMILIES)
-        note = (f"EXTRAPOLATED x{args.rows / n_csr:.0f} from {n_csr:,} rows; CSR in (its own unstable argsort per "
-                f"row: tied scores may rank differently); max |diff| vs xmcbench {max_abs_diff(check, s_c):.1e} pts")
+        note = (
+            f"EXTRAPOLATED x{args.rows / n_csr:.0f} from {n_csr:,} rows; CSR in (its own unstable argsort per "
+            f"row: tied scores may rank differently); max |diff| vs xmcbench {max_abs_diff(check, s_c):.1e} pts"
+        )
         rows.append(("napkinxc (CSR)", n_csr, t_c, c_c, args.rows / n_csr, note))
 
     pyx = time_pyxclib(predictions, truth, w)
@@ -209,8 +213,10 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(("pyxclib", args.rows, t_p, c_p, 1.0, f"max |diff| vs xmcbench {max_abs_diff(s_x, s_p):.1e} pts"))
 
     load = os.getloadavg()[0]
-    print(f"\nP/nDCG/PSP/PSnDCG@1..5 + R@100 on {args.rows:,} rows "
-          f"({os.cpu_count()} CPUs, load average {load:.1f} at the end: wall times include waiting for a CPU)")
+    print(
+        f"\nP/nDCG/PSP/PSnDCG@1..5 + R@100 on {args.rows:,} rows "
+        f"({os.cpu_count()} CPUs, load average {load:.1f} at the end: wall times include waiting for a CPU)"
+    )
     at = f"cpu@{args.rows:,}"
     print(f"{'tool':<18}{'rows run':>10}{'wall s':>9}{'cpu s':>9}{at:>14}{'vs xmcbench':>13}  note")
     for tool, n_run, wall, cpu, scale, note in rows:
@@ -228,8 +234,12 @@ def main(argv: list[str] | None = None) -> None:
         del train
         gc.collect()
         input_mb = (
-            predictions.data.nbytes + predictions.indices.nbytes + predictions.indptr.nbytes
-            + truth.data.nbytes + truth.indices.nbytes + truth.indptr.nbytes
+            predictions.data.nbytes
+            + predictions.indices.nbytes
+            + predictions.indptr.nbytes
+            + truth.data.nbytes
+            + truth.indices.nbytes
+            + truth.indptr.nbytes
         ) / 2**20
         t_big, c_big, _ = time_xmcbench(predictions, truth, w, repeat=2)
         tracemalloc.start()
@@ -237,8 +247,10 @@ def main(argv: list[str] | None = None) -> None:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         maxrss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-        print(f"  evaluate time        {t_big:8.2f} s wall, {c_big:.2f} s CPU (best of 2; load average "
-              f"{os.getloadavg()[0]:.1f})")
+        print(
+            f"  evaluate time        {t_big:8.2f} s wall, {c_big:.2f} s CPU (best of 2; load average "
+            f"{os.getloadavg()[0]:.1f})"
+        )
         print(f"  inputs (CSR arrays)  {input_mb:8.0f} MB")
         print(f"  evaluate peak extra  {peak / 2**20:8.0f} MB (tracemalloc peak during one evaluate call)")
         print(f"  process peak RSS     {maxrss_mb:8.0f} MB (ru_maxrss; includes data generation)")

@@ -72,9 +72,12 @@ def phase_decompress(folder: Path) -> dict:
     start = time.perf_counter()
     subprocess.run(f"gzip -dc {' '.join(str(raw / n) for n in JSON_FILES)} > /dev/null", shell=True, check=True)
     gzip_s = time.perf_counter() - start
-    return {"decompress_zlib_s": python_s, "decompress_gzip_cli_s": gzip_s,
-            "compressed_mb": sum((raw / n).stat().st_size for n in JSON_FILES) / 1e6,
-            "uncompressed_mb": uncompressed / 1e6}
+    return {
+        "decompress_zlib_s": python_s,
+        "decompress_gzip_cli_s": gzip_s,
+        "compressed_mb": sum((raw / n).stat().st_size for n in JSON_FILES) / 1e6,
+        "uncompressed_mb": uncompressed / 1e6,
+    }
 
 
 def phase_prepare(folder: Path, params: dict) -> dict:
@@ -103,19 +106,38 @@ def phase_load(folder: Path) -> dict:
     touched = time.perf_counter() - start
     texts = ds.query_texts("train")[:10_000]
     decoded = time.perf_counter() - start
-    return {"load_s": opened, "load_and_touch_labels_s": touched, "load_touch_decode_10k_s": decoded,
-            "train_positives": int(labels.nnz), "avg_labels_per_query": labels.nnz / labels.shape[0],
-            "max_label_count": int(counts.max()), "decoded": len(texts),
-            "load_peak_gb": _peak_gb()}
+    return {
+        "load_s": opened,
+        "load_and_touch_labels_s": touched,
+        "load_touch_decode_10k_s": decoded,
+        "train_positives": int(labels.nnz),
+        "avg_labels_per_query": labels.nnz / labels.shape[0],
+        "max_label_count": int(counts.max()),
+        "decoded": len(texts),
+        "load_peak_gb": _peak_gb(),
+    }
 
 
 PHASES = {"generate": phase_generate, "decompress": phase_decompress, "prepare": phase_prepare, "load": phase_load}
 
 
 def _run_phase(name: str, args: argparse.Namespace) -> dict:
-    command = [sys.executable, __file__, "--dir", str(args.dir), "--scale", str(args.scale), "--seed", str(args.seed),
-               "--labels-per-query", str(args.labels_per_query), "--labels-per-topic", str(args.labels_per_topic),
-               "--phase", name]
+    command = [
+        sys.executable,
+        __file__,
+        "--dir",
+        str(args.dir),
+        "--scale",
+        str(args.scale),
+        "--seed",
+        str(args.seed),
+        "--labels-per-query",
+        str(args.labels_per_query),
+        "--labels-per-topic",
+        str(args.labels_per_topic),
+        "--phase",
+        name,
+    ]
     if args.test is not None:
         command += ["--test", str(args.test)]
     done = subprocess.run(command, check=True, capture_output=True, text=True)
@@ -128,9 +150,12 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of LF-AmazonTitles-1.3M's size")
     parser.add_argument("--test", type=int, default=None, help="test queries (default: 970,237 x scale)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--labels-per-query", type=float, default=42.0,
-                        help="mean labels drawn per query; 42 leaves ~22 after de-duplication, "
-                             "LF-AmazonTitles-1.3M's 22.20")
+    parser.add_argument(
+        "--labels-per-query",
+        type=float,
+        default=42.0,
+        help="mean labels drawn per query; 42 leaves ~22 after de-duplication, LF-AmazonTitles-1.3M's 22.20",
+    )
     parser.add_argument("--labels-per-topic", type=int, default=400, help="labels per synthetic topic")
     parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -36,12 +36,20 @@ SCHEMA_VERSION = 1
 ROW_KEYS = ("name", "work", "xmcbench_s", "peer", "peer_s", "ratio", "target", "met", "notes")
 
 QUICK = {
-    "metrics_rows": 20_000, "metrics_labels": 50_000, "napkinxc_rows": 2_000, "big_rows": 50_000,
-    "search": (1_000, 20_000, 384), "prepare_scale": 0.002,
+    "metrics_rows": 20_000,
+    "metrics_labels": 50_000,
+    "napkinxc_rows": 2_000,
+    "big_rows": 50_000,
+    "search": (1_000, 20_000, 384),
+    "prepare_scale": 0.002,
 }
 FULL = {
-    "metrics_rows": 200_000, "metrics_labels": 500_000, "napkinxc_rows": 20_000, "big_rows": 1_000_000,
-    "search": (10_000, 100_000, 384), "prepare_scale": 0.25,
+    "metrics_rows": 200_000,
+    "metrics_labels": 500_000,
+    "napkinxc_rows": 20_000,
+    "big_rows": 1_000_000,
+    "search": (10_000, 100_000, 384),
+    "prepare_scale": 0.25,
 }
 
 
@@ -49,8 +57,12 @@ def machine() -> dict:
     import scipy
     import torch
 
-    versions = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
-                "torch": torch.__version__}
+    versions = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "torch": torch.__version__,
+    }
     for mod in ("faiss", "napkinxc", "xmcbench"):
         try:
             versions[mod] = getattr(__import__(mod), "__version__", "?")
@@ -64,8 +76,14 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"cpus": os.cpu_count(), "cpu": cpu, "platform": platform.platform(),
-            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(), "versions": versions}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "platform": platform.platform(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+        "versions": versions,
+    }
 
 
 def best_of(fn, repeat: int) -> float:
@@ -79,8 +97,18 @@ def best_of(fn, repeat: int) -> float:
 
 def row(name, work, xmcbench_s, peer, peer_s, target=None, met=None, notes="", **extra) -> dict:
     ratio = xmcbench_s / peer_s if peer_s and np.isfinite(peer_s) else None
-    return {"name": name, "work": work, "xmcbench_s": xmcbench_s, "peer": peer, "peer_s": peer_s, "ratio": ratio,
-            "target": target, "met": met, "notes": notes, **extra}
+    return {
+        "name": name,
+        "work": work,
+        "xmcbench_s": xmcbench_s,
+        "peer": peer,
+        "peer_s": peer_s,
+        "ratio": ratio,
+        "target": target,
+        "met": met,
+        "notes": notes,
+        **extra,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,15 +169,43 @@ def bench_metrics(cfg, repeat: int, data=None) -> list[dict]:
         notes += "; pyxclib not importable (not on PyPI)"
     limit = 0.5 * n / 200_000
     full = n >= 200_000  # targets are for the shape; small shapes carry fixed overheads
-    rows.append(row("metrics32", work + ", float32 scores", t32, peer, peer_s,
-                    target=f"<= {limit:.2f} s (0.5 s per 200k rows)", met=bool(t32 <= limit) if full else None, notes=notes))
-    rows.append(row("metrics64", work + ", float64 scores", t64, "xmcbench float32 path, same data", t32,
-                    target=f"<= {limit:.2f} s and ~ the float32 path", met=bool(t64 <= limit) if full else None,
-                    notes="float64 = float32 scores + U(0, 2^-12): distinct scores, as a float64 model gives"))
-    rows.append(row("metrics64_adversarial", work + ", float64 near-ties in most rows", t64_adv,
-                    "xmcbench float32 path, same data", t32, target="exact; slower allowed", met=None,
-                    notes="float64 = float32 scores + U(0, 1e-7): float32 merges the data's ties in most rows, "
-                          "which are then re-ranked exactly"))
+    rows.append(
+        row(
+            "metrics32",
+            work + ", float32 scores",
+            t32,
+            peer,
+            peer_s,
+            target=f"<= {limit:.2f} s (0.5 s per 200k rows)",
+            met=bool(t32 <= limit) if full else None,
+            notes=notes,
+        )
+    )
+    rows.append(
+        row(
+            "metrics64",
+            work + ", float64 scores",
+            t64,
+            "xmcbench float32 path, same data",
+            t32,
+            target=f"<= {limit:.2f} s and ~ the float32 path",
+            met=bool(t64 <= limit) if full else None,
+            notes="float64 = float32 scores + U(0, 2^-12): distinct scores, as a float64 model gives",
+        )
+    )
+    rows.append(
+        row(
+            "metrics64_adversarial",
+            work + ", float64 near-ties in most rows",
+            t64_adv,
+            "xmcbench float32 path, same data",
+            t32,
+            target="exact; slower allowed",
+            met=None,
+            notes="float64 = float32 scores + U(0, 1e-7): float32 merges the data's ties in most rows, "
+            "which are then re-ranked exactly",
+        )
+    )
     return rows
 
 
@@ -169,9 +225,19 @@ def bench_metrics_big(cfg, repeat: int) -> list[dict]:
         peak = tracemalloc.get_traced_memory()[1] / 2**30
         tracemalloc.stop()
         limit = 5.0 * n / 1_000_000
-        out.append(row(f"metrics1m_{label}", f"evaluate {n:,} rows, {label} scores (time, peak extra memory)", t,
-                       None, None, target=f"<= {limit:.1f} s, <= 4 GB", met=bool(t <= limit and peak <= 4) if n >= 1_000_000 else None,
-                       notes=f"evaluate peak {peak:.2f} GB (tracemalloc)", peak_gb=peak))
+        out.append(
+            row(
+                f"metrics1m_{label}",
+                f"evaluate {n:,} rows, {label} scores (time, peak extra memory)",
+                t,
+                None,
+                None,
+                target=f"<= {limit:.1f} s, <= 4 GB",
+                met=bool(t <= limit and peak <= 4) if n >= 1_000_000 else None,
+                notes=f"evaluate peak {peak:.2f} GB (tracemalloc)",
+                peak_gb=peak,
+            )
+        )
     return out
 
 
@@ -197,8 +263,18 @@ def bench_search(cfg, repeat: int) -> list[dict]:
         t_f = best_of(lambda: exact_topk(q, keys, 100, backend="faiss"), repeat)
         a, b = exact_topk(q[:200], keys, 100), exact_topk(q[:200], keys, 100, backend="faiss")
         same = bool(np.array_equal(a.indices, b.indices) and np.array_equal(a.indptr, b.indptr))
-        rows.append(row("search", work + ", default backend (torch)", t_x, "faiss IndexFlatIP", t_f,
-                        target="ratio <= 1", met=bool(t_x <= t_f), notes=f"same top-100 labels as faiss on 200 queries: {same}"))
+        rows.append(
+            row(
+                "search",
+                work + ", default backend (torch)",
+                t_x,
+                "faiss IndexFlatIP",
+                t_f,
+                target="ratio <= 1",
+                met=bool(t_x <= t_f),
+                notes=f"same top-100 labels as faiss on 200 queries: {same}",
+            )
+        )
     except ImportError:
         rows.append(row("search", work, t_x, "faiss (not installed)", float("nan")))
     qt, kt = torch.from_numpy(q), torch.from_numpy(keys)
@@ -210,9 +286,18 @@ def bench_search(cfg, repeat: int) -> list[dict]:
                 qt[s : s + chunk] @ kt.T
 
     t_m = best_of(matmul, repeat)
-    rows.append(row("search_vs_matmul", work + ", default backend vs its bare matmul", t_x,
-                    "torch matmul alone (floor)", t_m, target="GPU: within 80% of matmul (no GPU here)",
-                    met=None, notes="CPU: top-k and merge overhead over the matmul"))
+    rows.append(
+        row(
+            "search_vs_matmul",
+            work + ", default backend vs its bare matmul",
+            t_x,
+            "torch matmul alone (floor)",
+            t_m,
+            target="GPU: within 80% of matmul (no GPU here)",
+            met=None,
+            notes="CPU: top-k and merge overhead over the matmul",
+        )
+    )
     return rows
 
 
@@ -223,26 +308,58 @@ def bench_search(cfg, repeat: int) -> list[dict]:
 def bench_prepare(cfg, folder: Path | None) -> list[dict]:
     folder = folder or Path(tempfile.gettempdir()) / f"xmcbench-bench-prepare-{cfg['prepare_scale']}"
     script = Path(__file__).with_name("bench_prepare.py")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, str(script), "--dir", str(folder), "--scale", str(cfg["prepare_scale"])],
-                          check=True, capture_output=True, text=True, env=env)
-    r = json.loads(done.stdout[done.stdout.index("{"):])
-    work = (f"prepare, LF-AmazonTitles-1.3M shape x {cfg['prepare_scale']} "
-            f"({r['compressed_mb']:.0f} MB gz, {r['uncompressed_mb']:.0f} MB JSON)")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), "--dir", str(folder), "--scale", str(cfg["prepare_scale"])],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    r = json.loads(done.stdout[done.stdout.index("{") :])
+    work = (
+        f"prepare, LF-AmazonTitles-1.3M shape x {cfg['prepare_scale']} "
+        f"({r['compressed_mb']:.0f} MB gz, {r['uncompressed_mb']:.0f} MB JSON)"
+    )
     floor = min(r["decompress_zlib_s"], r["decompress_gzip_cli_s"])
-    return [row("prepare", work, r["prepare_s"], "decompress floor: min(zlib, gzip -dc)", floor,
-                target="ratio <= 2", met=bool(r["prepare_s"] <= 2 * floor),
-                notes=(f"zlib {r['decompress_zlib_s']:.2f} s, gzip -dc {r['decompress_gzip_cli_s']:.2f} s; "
-                       f"prepare peak RSS {r['prepare_peak_gb']:.2f} GB"),
-                peak_gb=r["prepare_peak_gb"], zlib_s=r["decompress_zlib_s"], gzip_s=r["decompress_gzip_cli_s"])]
+    return [
+        row(
+            "prepare",
+            work,
+            r["prepare_s"],
+            "decompress floor: min(zlib, gzip -dc)",
+            floor,
+            target="ratio <= 2",
+            met=bool(r["prepare_s"] <= 2 * floor),
+            notes=(
+                f"zlib {r['decompress_zlib_s']:.2f} s, gzip -dc {r['decompress_gzip_cli_s']:.2f} s; "
+                f"prepare peak RSS {r['prepare_peak_gb']:.2f} GB"
+            ),
+            peak_gb=r["prepare_peak_gb"],
+            zlib_s=r["decompress_zlib_s"],
+            gzip_s=r["decompress_gzip_cli_s"],
+        )
+    ]
 
 
 def bench_smoke() -> list[dict]:
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "xmcbench", "smoke"], capture_output=True, text=True)
     t = time.perf_counter() - start
-    return [row("smoke", "smoke suite (xmcbench smoke)", t, None, None, target="<= 600 s", met=bool(t <= 600),
-                notes=f"exit {done.returncode}")]
+    return [
+        row(
+            "smoke",
+            "smoke suite (xmcbench smoke)",
+            t,
+            None,
+            None,
+            target="<= 600 s",
+            met=bool(t <= 600),
+            notes=f"exit {done.returncode}",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,8 +374,10 @@ def print_table(rows: list[dict]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         met = {True: "yes", False: "NO", None: "-"}[r["met"]]
-        print(f"| {r['name']} | {r['work']} | {_fmt(r['xmcbench_s'])} | {r['peer'] or '-'} | {_fmt(r['peer_s'])} | "
-              f"{_fmt(r['ratio'])} | {r['target'] or '-'} | {met} |")
+        print(
+            f"| {r['name']} | {r['work']} | {_fmt(r['xmcbench_s'])} | {r['peer'] or '-'} | {_fmt(r['peer_s'])} | "
+            f"{_fmt(r['ratio'])} | {r['target'] or '-'} | {met} |"
+        )
     for r in rows:
         if r["notes"]:
             print(f"  {r['name']}: {r['notes']}")
@@ -283,16 +402,27 @@ def main(argv: list[str] | None = None) -> dict:
     wanted = args.only or [x for x in ALL if x != "smoke" or args.smoke]
     started = time.perf_counter()
     rows: list[dict] = []
-    for name, fn in (("metrics", lambda: bench_metrics(cfg, repeat)), ("metrics1m", lambda: bench_metrics_big(cfg, repeat)),
-                     ("search", lambda: bench_search(cfg, repeat)), ("prepare", lambda: bench_prepare(cfg, args.prepare_dir)),
-                     ("smoke", bench_smoke)):
+    for name, fn in (
+        ("metrics", lambda: bench_metrics(cfg, repeat)),
+        ("metrics1m", lambda: bench_metrics_big(cfg, repeat)),
+        ("search", lambda: bench_search(cfg, repeat)),
+        ("prepare", lambda: bench_prepare(cfg, args.prepare_dir)),
+        ("smoke", bench_smoke),
+    ):
         if name in wanted:
             print(f"[{time.perf_counter() - started:6.1f} s] {name} ...", file=sys.stderr, flush=True)
             rows.extend(fn())
-    result = {"schema_version": SCHEMA_VERSION, "mode": "quick" if args.quick else "full", "shapes": cfg,
-              "repeat": repeat, "machine": machine(), "load_average": os.getloadavg(),
-              "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
-              "seconds": time.perf_counter() - started, "rows": rows}
+    result = {
+        "schema_version": SCHEMA_VERSION,
+        "mode": "quick" if args.quick else "full",
+        "shapes": cfg,
+        "repeat": repeat,
+        "machine": machine(),
+        "load_average": os.getloadavg(),
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+        "seconds": time.perf_counter() - started,
+        "rows": rows,
+    }
     print_table(rows)
     args.json.write_text(json.dumps(result, indent=2, default=float))
     print(f"\nsaved {args.json} ({result['seconds']:.0f} s; load average {result['load_average'][0]:.1f})")

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 QUOTA_PAGE = (
-    b"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Google Drive - Quota exceeded</title></head>"
-    b"<body><div class=\"uc-main\"><p class=\"uc-error-caption\">Sorry, you can't view or download this file "
-    b"at this time.</p><p class=\"uc-error-subcaption\">Too many users have viewed or downloaded this file "
+    b'<!DOCTYPE html><html><head><meta charset="utf-8"><title>Google Drive - Quota exceeded</title></head>'
+    b'<body><div class="uc-main"><p class="uc-error-caption">Sorry, you can\'t view or download this file '
+    b'at this time.</p><p class="uc-error-subcaption">Too many users have viewed or downloaded this file '
     b"recently. Please try accessing the file again later. If the file you are trying to access is particularly "
     b"large or is shared with many people, it may take up to 24 hours to be able to view or download the file."
     b"</p></div></body></html>\n"
@@ -74,8 +74,9 @@ class FileServer:
         self._thread: threading.Thread | None = None
 
     # -- set-up ---------------------------------------------------------------------------------
-    def serve(self, path: str, data: bytes, *, fault: str | None = None, drops: int = 1,
-              html: bytes = QUOTA_PAGE) -> str:
+    def serve(
+        self, path: str, data: bytes, *, fault: str | None = None, drops: int = 1, html: bytes = QUOTA_PAGE
+    ) -> str:
         """Publish ``data`` at ``/path`` and return its URL."""
         assert fault in (None, "404", "500", "503", "ignore-range", "drop", "html"), fault
         with self._lock:
@@ -85,9 +86,10 @@ class FileServer:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}"
 
-    def start(self) -> "FileServer":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True, name=f"test-http-{self.port}")
+    def start(self) -> FileServer:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name=f"test-http-{self.port}"
+        )
         self._thread.start()
         return self
 
@@ -97,7 +99,7 @@ class FileServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> "FileServer":
+    def __enter__(self) -> FileServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -149,7 +151,7 @@ class FileServer:
                 self._send(req, 416, b"", {"Content-Range": f"bytes */{len(data)}"})
                 return
             end = min(end, len(data) - 1)
-            body = data[start:end + 1]
+            body = data[start : end + 1]
             headers = {"Content-Range": f"bytes {start}-{end}/{len(data)}"}
             status = 206
         else:
@@ -163,8 +165,9 @@ class FileServer:
             self._send(req, status, body, headers)
 
     @staticmethod
-    def _send(req: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str],
-              deliver: int | None = None) -> None:
+    def _send(
+        req: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str], deliver: int | None = None
+    ) -> None:
         req.send_response(status)
         for key, value in headers.items():
             req.send_header(key, value)

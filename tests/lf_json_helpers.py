@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -42,7 +42,9 @@ def write_lf_json(
     ``escape_html`` escapes ``& < >`` so that the reader's single decoding gives back the texts.
     """
     escape = (lambda t: html.escape(t, quote=False)) if escape_html else (lambda t: t)
-    return write_lines(path, (encode_record(r, escape) for r in records), compress=compress, compresslevel=compresslevel)
+    return write_lines(
+        path, (encode_record(r, escape) for r in records), compress=compress, compresslevel=compresslevel
+    )
 
 
 def encode_record(record: dict, escape=lambda t: t) -> bytes:

@@ -5,7 +5,15 @@ import sys
 import pytest
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.fsutil import atomic_output, atomic_write, check_name, file_lock, remove_stale_temps, temp_path, write_json
+from xmcbench.fsutil import (
+    atomic_output,
+    atomic_write,
+    check_name,
+    file_lock,
+    remove_stale_temps,
+    temp_path,
+    write_json,
+)
 
 
 def test_atomic_write_leaves_no_temp_on_error(tmp_path):
@@ -40,14 +48,23 @@ def test_only_dead_writers_temps_are_removed(tmp_path):
 
 def test_file_lock_times_out_with_a_message(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from xmcbench.fsutil import file_lock\nimport time\n"
-                               f"with file_lock({str(tmp_path / 'l')!r}):\n print('held', flush=True); time.sleep(30)"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        [
+            sys.executable,
+            "-c",
+            f"from xmcbench.fsutil import file_lock\nimport time\n"
+            f"with file_lock({str(tmp_path / 'l')!r}):\n print('held', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     try:
         assert holder.stdout.readline().strip() == "held"
         said = []
-        with pytest.raises(XmcbenchError, match="stayed locked"), file_lock(tmp_path / "l", timeout=0.3, on_wait=said.append):
+        with (
+            pytest.raises(XmcbenchError, match="stayed locked"),
+            file_lock(tmp_path / "l", timeout=0.3, on_wait=said.append),
+        ):
             pass
         assert said and "waiting" in said[0]
     finally:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from xmcbench.errors import DataFormatError, XmcbenchError
-from xmcbench.metrics.names import is_metric_name
 from xmcbench.leaderboard import (
     CANONICAL_DATASETS,
     ENV_DIR,
@@ -24,6 +23,7 @@ from xmcbench.leaderboard import (
     load_reference_results,
     reference_dir,
 )
+from xmcbench.metrics.names import is_metric_name
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +45,11 @@ def values_by_k(row: ReferenceRow, family: str) -> list[float]:
 
 def find(rows, paper, table, dataset, method, variant=None, setting=None) -> ReferenceRow:
     hits = [
-        r for r in rows
+        r
+        for r in rows
         if (r.paper, r.table, r.dataset, r.method) == (paper, table, dataset, method)
-        and r.variant == variant and (setting is None or r.setting == setting)
+        and r.variant == variant
+        and (setting is None or r.setting == setting)
     ]
     assert len(hits) == 1, f"expected one row, found {len(hits)}: {hits}"
     return hits[0]
@@ -67,17 +69,26 @@ def test_every_paper_has_a_file_that_validates():
 def test_row_counts_per_paper(rows):
     # Counts of the transcription (see leaderboard/README.md); a change here must be deliberate.
     assert Counter(r.paper for r in rows) == {
-        "dexml": 46, "prime": 102, "unidec": 43, "maclr": 94, "lmtx": 29,
+        "dexml": 46,
+        "prime": 102,
+        "unidec": 43,
+        "maclr": 94,
+        "lmtx": 29,
     }
 
 
 def test_dataset_names_are_canonical(rows):
     assert {r.dataset for r in rows} <= set(CANONICAL_DATASETS)
     assert {r.dataset for r in rows if r.paper == "dexml"} == {
-        "EURLex-4K", "LF-AmazonTitles-131K", "LF-Wikipedia-500K", "LF-AmazonTitles-1.3M",
+        "EURLex-4K",
+        "LF-AmazonTitles-131K",
+        "LF-Wikipedia-500K",
+        "LF-AmazonTitles-1.3M",
     }
     assert {r.dataset for r in rows if r.paper == "maclr"} == {
-        "LF-Amazon-131K", "LF-WikiSeeAlso-320K", "LF-Wikipedia-500K",
+        "LF-Amazon-131K",
+        "LF-WikiSeeAlso-320K",
+        "LF-Wikipedia-500K",
     }
 
 
@@ -116,8 +127,12 @@ def test_precision_rarely_increases_with_k(rows):
 
 def test_settings(rows):
     assert Counter(r.setting for r in rows) == {
-        "full": 191, "zero-shot": 53, "few-shot-1%": 21, "few-shot-5%": 21,
-        "few-shot-1%-pairs": 14, "few-shot-5%-pairs": 14,
+        "full": 191,
+        "zero-shot": 53,
+        "few-shot-1%": 21,
+        "few-shot-5%": 21,
+        "few-shot-1%-pairs": 14,
+        "few-shot-5%-pairs": 14,
     }
     assert {r.paper for r in rows if r.setting != "full"} == {"maclr", "lmtx"}
 
@@ -141,8 +156,7 @@ def test_spot_checks_dexml(rows):
     ngame_de = find(rows, "dexml", "Table 2", "LF-AmazonTitles-131K", "NGAME", "DE (encoder only)")
     assert ngame_de.metrics == {"P@1": 42.61, "P@5": 20.69, "PSP@5": 48.71}
     # Table 3: "2048 10 ∼ 22528 84.77 50.31 75.52 90.29"
-    hard = find(rows, "dexml", "Table 3", "LF-Wikipedia-500K", "DEXML",
-                "DecoupledSoftmax, 10 hard negatives per query")
+    hard = find(rows, "dexml", "Table 3", "LF-Wikipedia-500K", "DEXML", "DecoupledSoftmax, 10 hard negatives per query")
     assert hard.metrics == {"P@1": 84.77, "P@5": 50.31, "R@10": 75.52, "R@100": 90.29}
     assert (hard.batch_size, hard.label_pool, hard.label_pool_count) == (2048, "~22528", 22528)
 
@@ -168,8 +182,7 @@ def test_spot_checks_prime(rows):
 def test_spot_checks_unidec(rows):
     # Table 1: "UNIDEC (Φ ⊕ Ψ) 768 44.83 30.28 21.76 39.12 44.82 50.08 512 53.79 48.23 43.83 32.19 35.86 37.96"
     amazon = find(rows, "unidec", "Table 1", "LF-AmazonTitles-1.3M", "UniDEC", "(Φ ⊕ Ψ)")
-    assert amazon.metrics == {"P@1": 53.79, "P@3": 48.23, "P@5": 43.83,
-                              "PSP@1": 32.19, "PSP@3": 35.86, "PSP@5": 37.96}
+    assert amazon.metrics == {"P@1": 53.79, "P@3": 48.23, "P@5": 43.83, "PSP@1": 32.19, "PSP@3": 35.86, "PSP@5": 37.96}
     titles = find(rows, "unidec", "Table 1", "LF-AmazonTitles-131K", "UniDEC", "(Φ ⊕ Ψ)")
     assert titles.metrics["P@1"] == 44.83
     # Table 1: "SIAMESEXML (Ψ) 300 44.81 - 21.94 ... 300 42.16 - 21.35 29.01 32.68 36.03"
@@ -186,14 +199,21 @@ def test_spot_checks_unidec(rows):
 def test_spot_checks_maclr(rows):
     # Table 1 (LF-Wikipedia-500K): "MACLR (ours) 28.44 17.75 13.53 10.40 18.16 22.38 28.52 50.09"
     wiki = find(rows, "maclr", "Table 1", "LF-Wikipedia-500K", "MACLR", setting="zero-shot")
-    assert wiki.metrics == {"P@1": 28.44, "P@3": 17.75, "P@5": 13.53, "R@1": 10.40,
-                            "R@3": 18.16, "R@5": 22.38, "R@10": 28.52, "R@100": 50.09}
+    assert wiki.metrics == {
+        "P@1": 28.44,
+        "P@3": 17.75,
+        "P@5": 13.53,
+        "R@1": 10.40,
+        "R@3": 18.16,
+        "R@5": 22.38,
+        "R@10": 28.52,
+        "R@100": 50.09,
+    }
     # Table 2 (LF-Amazon-131K, 1% labels): "ZestXML 10.10 9.19 7.34 5.63 14.46 18.61 23.73 32.69"
     zest = find(rows, "maclr", "Table 2", "LF-Amazon-131K", "ZestXML", setting="few-shot-1%")
     assert zest.metrics["P@1"] == 10.10 and zest.metrics["R@100"] == 32.69
     # Table 12 (LF-WikiSeeAlso-320K, 5% pairs): "MACLR (ours) 21.80 16.61 13.12 13.27 25.74 31.59 39.25 62.13"
-    pairs = find(rows, "maclr", "Table 12", "LF-WikiSeeAlso-320K", "MACLR",
-                 setting="few-shot-5%-pairs")
+    pairs = find(rows, "maclr", "Table 12", "LF-WikiSeeAlso-320K", "MACLR", setting="few-shot-5%-pairs")
     assert pairs.metrics["R@100"] == 62.13 and pairs.metrics["P@1"] == 21.80
 
 
@@ -216,21 +236,32 @@ def test_numbers_quoted_across_papers_agree(rows):
     own = find(rows, "dexml", "Table 1", "LF-AmazonTitles-1.3M", "DEXML", "DecoupledSoftmax")
     quoted = find(rows, "prime", "Table 2", "LF-AmazonTitles-1.3M", "DEXML")
     assert quoted.metrics["P@1"] == own.metrics["P@1"]
-    assert find(rows, "prime", "Table 5", "LF-AmazonTitles-1.3M", "DEXML",
-                "negative pool ~1.3M").metrics["P@1"] == own.metrics["P@1"]
-    assert find(rows, "unidec", "Table 2", "LF-AmazonTitles-1.3M", "DEXML",
-                "(Φ), label pool 1.3M").metrics["P@1"] == own.metrics["P@1"]
+    assert (
+        find(rows, "prime", "Table 5", "LF-AmazonTitles-1.3M", "DEXML", "negative pool ~1.3M").metrics["P@1"]
+        == own.metrics["P@1"]
+    )
+    assert (
+        find(rows, "unidec", "Table 2", "LF-AmazonTitles-1.3M", "DEXML", "(Φ), label pool 1.3M").metrics["P@1"]
+        == own.metrics["P@1"]
+    )
     # DEXML with 10 hard negatives (pool ~90112) as printed by DEXML, PRIME and UniDEC.
-    hard = find(rows, "dexml", "Table 3", "LF-AmazonTitles-1.3M", "DEXML",
-                "DecoupledSoftmax, 10 hard negatives per query")
-    assert find(rows, "unidec", "Table 2", "LF-AmazonTitles-1.3M", "DEXML",
-                "(Φ), label pool 90112").metrics["P@5"] == hard.metrics["P@5"]
-    assert find(rows, "prime", "Table 5", "LF-AmazonTitles-1.3M", "DEXML",
-                "negative pool ~90K").metrics["P@1"] == hard.metrics["P@1"]
+    hard = find(
+        rows, "dexml", "Table 3", "LF-AmazonTitles-1.3M", "DEXML", "DecoupledSoftmax, 10 hard negatives per query"
+    )
+    assert (
+        find(rows, "unidec", "Table 2", "LF-AmazonTitles-1.3M", "DEXML", "(Φ), label pool 90112").metrics["P@5"]
+        == hard.metrics["P@5"]
+    )
+    assert (
+        find(rows, "prime", "Table 5", "LF-AmazonTitles-1.3M", "DEXML", "negative pool ~90K").metrics["P@1"]
+        == hard.metrics["P@1"]
+    )
     # LMTX copies MACLR's zero-shot rows from the RTS paper: all eight numbers agree.
     for dataset in ("LF-WikiSeeAlso-320K", "LF-Wikipedia-500K"):
-        assert (find(rows, "lmtx", "Table 2", dataset, "MACLR").metrics
-                == find(rows, "maclr", "Table 1", dataset, "MACLR").metrics)
+        assert (
+            find(rows, "lmtx", "Table 2", dataset, "MACLR").metrics
+            == find(rows, "maclr", "Table 1", dataset, "MACLR").metrics
+        )
 
 
 # ------------------------------------------------------------------------- loader behaviour
@@ -289,20 +320,34 @@ def test_minimal_file_loads(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "line", "fragments"),
     [
-        ("    setting: full\n    metrics: {P@1: 86.78}",
-         "    setting: full\n    colour: red\n    metrics: {P@1: 86.78}",
-         24, ["rows[1].colour", "unknown key 'colour'", "allowed keys"]),
+        (
+            "    setting: full\n    metrics: {P@1: 86.78}",
+            "    setting: full\n    colour: red\n    metrics: {P@1: 86.78}",
+            24,
+            ["rows[1].colour", "unknown key 'colour'", "allowed keys"],
+        ),
         ("{P@1: 86.78}", "{p@1: 86.78}", 24, ["rows[1].metrics", "'p@1'", "did you mean P@1"]),
         ("{P@1: 86.78}", "{P@1: 186.78}", 24, ["rows[1].metrics", "not a percentage"]),
         ("{P@1: 86.78}", "{P@1: '86.78'}", 24, ["rows[1].metrics.P@1", "without quotes"]),
-        ("dataset: EURLex-4K", "dataset: EURLex-4k", 20,
-         ["rows[1].dataset", "not a canonical dataset name", "did you mean EURLex-4K"]),
-        ("    method: DEXML\n    printed_name: DEXML\n    setting: full\n    metrics: {P@1: 86.78}",
-         "    printed_name: DEXML\n    setting: full\n    metrics: {P@1: 86.78}",
-         18, ["rows[1].method", "missing required key 'method'"]),
+        (
+            "dataset: EURLex-4K",
+            "dataset: EURLex-4k",
+            20,
+            ["rows[1].dataset", "not a canonical dataset name", "did you mean EURLex-4K"],
+        ),
+        (
+            "    method: DEXML\n    printed_name: DEXML\n    setting: full\n    metrics: {P@1: 86.78}",
+            "    printed_name: DEXML\n    setting: full\n    metrics: {P@1: 86.78}",
+            18,
+            ["rows[1].method", "missing required key 'method'"],
+        ),
         ("label_pool: 3801", "label_pool: 3801.5", 25, ["rows[1].label_pool", "whole count"]),
-        ("setting: full\n    metrics: {P@1: 86.78}", "setting: fewshot\n    metrics: {P@1: 86.78}",
-         23, ["rows[1].setting", "unknown setting 'fewshot'"]),
+        (
+            "setting: full\n    metrics: {P@1: 86.78}",
+            "setting: fewshot\n    metrics: {P@1: 86.78}",
+            23,
+            ["rows[1].setting", "unknown setting 'fewshot'"],
+        ),
         ('arxiv: "2310.10636"', "arxiv: 2310.10636", 7, ["paper.arxiv", "put it in quotes"]),
     ],
 )
@@ -341,8 +386,12 @@ def test_rows_must_belong_to_the_file_and_to_a_listed_table(tmp_path):
     text = MINIMAL.replace(second_row, second_row.replace("paper: dexml", "paper: prime"))
     error = error_of(write(tmp_path, text))
     assert "rows[1].paper is 'prime'" in str(error) and error.line == 18
-    error = error_of(write(tmp_path, MINIMAL.replace("table: Table 1\n    dataset: EURLex-4K",
-                                                     "table: Table 9\n    dataset: EURLex-4K")))
+    error = error_of(
+        write(
+            tmp_path,
+            MINIMAL.replace("table: Table 1\n    dataset: EURLex-4K", "table: Table 9\n    dataset: EURLex-4K"),
+        )
+    )
     assert "rows[1].table 'Table 9' has no caption" in str(error) and error.line == 19
 
 

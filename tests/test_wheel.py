@@ -25,11 +25,18 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None, timeout: float = 12
 def test_wheel_ships_recipes_and_runs_recipes_list(tmp_path):
     # build from a copy of the tree (a build writes build/ and *.egg-info next to the sources)
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, symlinks=True,
-                    ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "tests"))
+    shutil.copytree(
+        ROOT,
+        src,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "tests"),
+    )
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(src)],
-         cwd=tmp_path, timeout=180)
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(src)],
+        cwd=tmp_path,
+        timeout=180,
+    )
     wheel = next(dist.glob("xmcbench-*.whl"))
 
     import zipfile
@@ -43,10 +50,23 @@ def test_wheel_ships_recipes_and_runs_recipes_list(tmp_path):
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
     python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)]
-         if _pip_has_python_option() else
-         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
-          _site_packages(python), str(wheel)], cwd=tmp_path)
+    _run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)]
+        if _pip_has_python_option()
+        else [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            "--target",
+            _site_packages(python),
+            str(wheel),
+        ],
+        cwd=tmp_path,
+    )
     site = Path(_site_packages(python))
     (site / "zz_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
@@ -54,11 +74,19 @@ def test_wheel_ships_recipes_and_runs_recipes_list(tmp_path):
     env["XMCBENCH_HOME"] = str(tmp_path / "home")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = _run([str(python), "-c", "import xmcbench, xmcbench.run.smoke as s; print(xmcbench.__file__); "
-                  "print(s.default_smoke_dir())"], cwd=elsewhere, env=env).stdout.split()
+    where = _run(
+        [
+            str(python),
+            "-c",
+            "import xmcbench, xmcbench.run.smoke as s; print(xmcbench.__file__); print(s.default_smoke_dir())",
+        ],
+        cwd=elsewhere,
+        env=env,
+    ).stdout.split()
     assert where[0].startswith(str(site)) and where[1].startswith(str(site))
-    listed = json.loads(_run([str(python), "-m", "xmcbench", "recipes", "list", "--format", "json"],
-                             cwd=elsewhere, env=env).stdout)
+    listed = json.loads(
+        _run([str(python), "-m", "xmcbench", "recipes", "list", "--format", "json"], cwd=elsewhere, env=env).stdout
+    )
     names = {r["name"] for r in listed}
     assert {"smoke/tfidf", "smoke/dexml", "tfidf"} <= names and not any(n.startswith("base/") for n in names)
     assert all(r["path"].startswith(str(site)) for r in listed)
@@ -71,5 +99,9 @@ def _pip_has_python_option() -> bool:
 
 
 def _site_packages(python: Path) -> str:
-    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()

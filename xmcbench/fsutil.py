@@ -171,7 +171,9 @@ def file_lock(
         lock.acquire(timeout=0)
     except filelock.Timeout:
         if timeout == 0:
-            raise XmcbenchError(f"{what or path} is in use by another xmcbench process; wait for it to finish") from None
+            raise XmcbenchError(
+                f"{what or path} is in use by another xmcbench process; wait for it to finish"
+            ) from None
         if on_wait is not None:
             on_wait(f"waiting for another xmcbench process ({what or path}) …")
         try:

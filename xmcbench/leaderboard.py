@@ -111,8 +111,7 @@ class ReferenceRow(BaseModel):
         if isinstance(value, str) and value not in CANONICAL_DATASETS:
             raise ValueError(
                 f"{value!r} is not a canonical dataset name"
-                f"{did_you_mean(value, list(CANONICAL_DATASETS))}; use one of "
-                + ", ".join(CANONICAL_DATASETS)
+                f"{did_you_mean(value, list(CANONICAL_DATASETS))}; use one of " + ", ".join(CANONICAL_DATASETS)
             )
         return value
 
@@ -135,9 +134,7 @@ class ReferenceRow(BaseModel):
             if not is_metric_name(name):
                 k = name.rpartition("@")[2]
                 hint = did_you_mean(name, [f"{family}@{k}" for family in FAMILIES])
-                raise ValueError(
-                    f"unknown metric name {name!r}{hint}; use P@k, nDCG@k, PSP@k, PSnDCG@k or R@k"
-                )
+                raise ValueError(f"unknown metric name {name!r}{hint}; use P@k, nDCG@k, PSP@k, PSnDCG@k or R@k")
             if not 0.0 <= number <= 100.0:
                 raise ValueError(f"{name} = {number} is not a percentage in [0, 100]")
         return value
@@ -278,14 +275,15 @@ def _check_consistency(path: Path, text: str, file: ReferenceFile) -> None:
     """Checks across rows that pydantic cannot express per field."""
     if path.stem != file.paper.id:
         raise DataFormatError(
-            path, _line_of(text, ("paper", "id")),
-            f"paper.id is {file.paper.id!r} but the file is named {path.name}; "
-            f"name the file {file.paper.id}.yaml",
+            path,
+            _line_of(text, ("paper", "id")),
+            f"paper.id is {file.paper.id!r} but the file is named {path.name}; name the file {file.paper.id}.yaml",
         )
     for name in file.main_tables or []:
         if name not in file.tables:
             raise DataFormatError(
-                path, _line_of(text, ("main_tables",)),
+                path,
+                _line_of(text, ("main_tables",)),
                 f"main_tables names {name!r}, which has no caption under 'tables:'"
                 f"{did_you_mean(name, list(file.tables))}",
             )
@@ -293,18 +291,21 @@ def _check_consistency(path: Path, text: str, file: ReferenceFile) -> None:
     for index, row in enumerate(file.rows):
         if row.paper != file.paper.id:
             raise DataFormatError(
-                path, _line_of(text, ("rows", index, "paper")),
+                path,
+                _line_of(text, ("rows", index, "paper")),
                 f"rows[{index}].paper is {row.paper!r} in the file of paper {file.paper.id!r}",
             )
         if row.table not in file.tables:
             raise DataFormatError(
-                path, _line_of(text, ("rows", index, "table")),
+                path,
+                _line_of(text, ("rows", index, "table")),
                 f"rows[{index}].table {row.table!r} has no caption under 'tables:'; add it there"
                 f"{did_you_mean(row.table, list(file.tables))}",
             )
         if row.key in seen:
             raise DataFormatError(
-                path, _line_of(text, ("rows", index)),
+                path,
+                _line_of(text, ("rows", index)),
                 f"rows[{index}] repeats rows[{seen[row.key]}] (same paper, table, dataset, "
                 f"method, variant and setting: {row.table}, {row.dataset}, {row.method!r}, "
                 f"variant {row.variant!r}, {row.setting}); give one of them a distinct 'variant'",
@@ -321,9 +322,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in mapping:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         mapping[key] = loader.construct_object(value_node, deep=deep)
     return mapping
 
@@ -331,9 +330,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _SafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _format_validation_error(
-    path: Path, text: str, data: Any, exc: ValidationError
-) -> DataFormatError:
+def _format_validation_error(path: Path, text: str, data: Any, exc: ValidationError) -> DataFormatError:
     """One message listing every problem as 'rows[3].metrics.P@1: ...', at the first one's line."""
     problems: list[str] = []
     first_line: int | None = None
@@ -427,9 +424,7 @@ def _line_of(text: str, loc: tuple) -> int | None:
                 break
             line = pair[0].start_mark.line + 1
             node = pair[1]
-        elif (
-            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
-        ):
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
             node = node.value[part]
             line = node.start_mark.line + 1
         else:

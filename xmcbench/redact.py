@@ -34,7 +34,10 @@ def _fix_url(match: re.Match) -> str:
     if "@" in netloc:
         netloc = MASK + "@" + netloc.rsplit("@", 1)[1]
     query = urllib.parse.urlencode(
-        [(k, MASK if _SECRET_NAME.search(k) else v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)],
+        [
+            (k, MASK if _SECRET_NAME.search(k) else v)
+            for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        ],
         safe="*",
     )
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))

@@ -7,7 +7,8 @@ in a recipe or on the command line is caught with a hint instead of a KeyError.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from xmcbench.errors import XmcbenchError
 

@@ -4,21 +4,46 @@ import json
 
 from benchmarks.runner import ROW_KEYS, SCHEMA_VERSION, main
 
-TINY = {"metrics_rows": 400, "metrics_labels": 2_000, "napkinxc_rows": 100, "big_rows": 500,
-        "search": (40, 600, 16), "prepare_scale": 0.0002}
+TINY = {
+    "metrics_rows": 400,
+    "metrics_labels": 2_000,
+    "napkinxc_rows": 100,
+    "big_rows": 500,
+    "search": (40, 600, 16),
+    "prepare_scale": 0.0002,
+}
 
 
 def test_quick_runner_writes_every_row(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    result = main(["--quick", "--repeat", "1", "--json", str(out), "--prepare-dir", str(tmp_path / "prep"),
-                   "--shape", json.dumps(TINY)])
+    result = main(
+        [
+            "--quick",
+            "--repeat",
+            "1",
+            "--json",
+            str(out),
+            "--prepare-dir",
+            str(tmp_path / "prep"),
+            "--shape",
+            json.dumps(TINY),
+        ]
+    )
     saved = json.loads(out.read_text())
     assert saved["schema_version"] == SCHEMA_VERSION == result["schema_version"]
     assert saved["mode"] == "quick"
     assert {"cpus", "versions", "torch_threads"} <= set(saved["machine"])
     names = [r["name"] for r in saved["rows"]]
-    for wanted in ("metrics32", "metrics64", "metrics64_adversarial", "metrics1m_float32", "metrics1m_float64",
-                   "search", "search_vs_matmul", "prepare"):
+    for wanted in (
+        "metrics32",
+        "metrics64",
+        "metrics64_adversarial",
+        "metrics1m_float32",
+        "metrics1m_float64",
+        "search",
+        "search_vs_matmul",
+        "prepare",
+    ):
         assert wanted in names
     for r in saved["rows"]:
         assert set(ROW_KEYS) <= set(r)

@@ -12,9 +12,15 @@ runner = CliRunner()
 
 
 def test_help_paragraphs_are_reflowed():
-    assert reflow("One line\n    broken here.\n\n    - item\n    - item two\n") == "One line broken here.\n\n- item\n- item two"
+    assert (
+        reflow("One line\n    broken here.\n\n    - item\n    - item two\n")
+        == "One line broken here.\n\n- item\n- item two"
+    )
     result = runner.invoke(app, ["table", "--help"], env={"COLUMNS": "200"})
-    assert "By default a curated table: each paper's main-table rows, one per method and setting, in sections" in result.output
+    assert (
+        "By default a curated table: each paper's main-table rows, one per method and setting, in sections"
+        in result.output
+    )
 
 
 def test_run_on_a_folder_is_one_line():

@@ -55,11 +55,19 @@ def served(synth_raw_dir, server, home):
             tf.add(src / name, arcname=f"Served-1K/{name}")
     url = server.serve("mirror/Served-1K.tar.gz", buf.getvalue())
     dead = server.serve("gone.tar.gz", b"", fault="404")
-    save_local_spec(DatasetSpec(
-        name="Served-1K", raw_group="Served-1K", format="lf-json", query_text="title", files=list(LF_FILES),
-        sources=[Source(kind="url", ref=dead, filename="gone.tar.gz", archive=True)],
-        paper_counts=dict(zip(("train", "test", "labels"), counts)), propensity_a=0.55, propensity_b=1.5,
-    ))
+    save_local_spec(
+        DatasetSpec(
+            name="Served-1K",
+            raw_group="Served-1K",
+            format="lf-json",
+            query_text="title",
+            files=list(LF_FILES),
+            sources=[Source(kind="url", ref=dead, filename="gone.tar.gz", archive=True)],
+            paper_counts=dict(zip(("train", "test", "labels"), counts)),
+            propensity_a=0.55,
+            propensity_b=1.5,
+        )
+    )
     return url, {name: (src / name).read_bytes() for name in LF_FILES}, counts
 
 
@@ -187,13 +195,20 @@ def test_info_json_stdout_is_pure_json(synth_dataset):
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "FORCE_COLOR": "1"}
-    proc = subprocess.run([sys.executable, "-m", "xmcbench", "datasets", "info", "synth-test", "--json"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "xmcbench", "datasets", "info", "synth-test", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # the cache was prepared by this call: its bars went to stderr
     assert data["counts"]["train"] == 1000
-    assert data["rows_without_labels"] == {"train": data["stats"]["train"]["empty_rows"],
-                                           "test": data["stats"]["test"]["empty_rows"]}
+    assert data["rows_without_labels"] == {
+        "train": data["stats"]["train"]["empty_rows"],
+        "test": data["stats"]["test"]["empty_rows"],
+    }
 
 
 def test_info_shows_rows_without_labels(synth_dataset):

@@ -38,15 +38,30 @@ def _json(result) -> dict:
 
 def test_json_matches_library(files):
     d = files["dir"]
-    got = _json(runner.invoke(app, ["evaluate", "-p", str(d / "pred.npz"), "-t", str(d / "tst.txt"), "--format", "json"]))
+    got = _json(
+        runner.invoke(app, ["evaluate", "-p", str(d / "pred.npz"), "-t", str(d / "tst.txt"), "--format", "json"])
+    )
     expected = evaluate(files["pred"], files["truth"])
     assert got == {name: round(value, 4) for name, value in expected.items()}
 
 
 def test_text_predictions_filter_and_propensity_defaults(files):
     d = files["dir"]
-    args = ["evaluate", "-p", str(d / "pred.txt"), "-t", str(d / "tst.txt"), "--train-truth", str(d / "trn.npz"),
-            "--filter", str(d / "filter.txt"), "--k", "1,5,10", "--format", "json"]
+    args = [
+        "evaluate",
+        "-p",
+        str(d / "pred.txt"),
+        "-t",
+        str(d / "tst.txt"),
+        "--train-truth",
+        str(d / "trn.npz"),
+        "--filter",
+        str(d / "filter.txt"),
+        "--k",
+        "1,5,10",
+        "--format",
+        "json",
+    ]
     got = _json(runner.invoke(app, args))
     flt = read_filter_file(d / "filter.txt", files["truth"].shape)
     w = inv_propensity(files["train"], 0.55, 1.5)  # the documented defaults
@@ -90,14 +105,18 @@ def test_dataset_option(synth_dataset, tmp_path):
     pred = (truth * 2 + sp.random(*truth.shape, density=0.05, random_state=2, format="csr")).tocsr()
     pred.data += rng.random(pred.nnz).astype(pred.dtype) * 0.01
     save_sparse(tmp_path / "pred.npz", pred)
-    got = _json(runner.invoke(app, ["evaluate", "-p", str(tmp_path / "pred.npz"), "--dataset", "synth-test",
-                                    "--format", "json"]))
+    got = _json(
+        runner.invoke(
+            app, ["evaluate", "-p", str(tmp_path / "pred.npz"), "--dataset", "synth-test", "--format", "json"]
+        )
+    )
     w = inv_propensity(ds.labels("train"), ds.propensity_a, ds.propensity_b)
     expected = evaluate(pred, truth, inv_propensity=w, filter=ds.filter("test"))
     assert got == {name: round(value, 4) for name, value in expected.items()}
 
-    clash = runner.invoke(app, ["evaluate", "-p", str(tmp_path / "pred.npz"), "--dataset", "synth-test",
-                                "-t", str(tmp_path / "pred.npz")])
+    clash = runner.invoke(
+        app, ["evaluate", "-p", str(tmp_path / "pred.npz"), "--dataset", "synth-test", "-t", str(tmp_path / "pred.npz")]
+    )
     assert clash.exit_code == 1 and "--dataset replaces --truth" in clash.output
 
 

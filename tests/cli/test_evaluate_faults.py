@@ -32,8 +32,13 @@ def raw_npz(path, fmt="csr", shape=(3, 5), **arrays):
 
 
 def csr_npz(path, data=(1.0, 0.5, 0.2), indices=(0, 1, 2), indptr=(0, 1, 2, 3), shape=(3, 5)):
-    raw_npz(path, shape=shape, data=np.asarray(data, np.float32), indices=np.asarray(indices, np.int32),
-            indptr=np.asarray(indptr, np.int32))
+    raw_npz(
+        path,
+        shape=shape,
+        data=np.asarray(data, np.float32),
+        indices=np.asarray(indices, np.int32),
+        indptr=np.asarray(indptr, np.int32),
+    )
 
 
 @pytest.fixture
@@ -62,10 +67,16 @@ HOSTILE_PREDICTIONS = {
     "indptr.npz": (lambda p: csr_npz(p, indptr=(0, 3, 1, 3)), "indptr.npz: indptr decreases at row 1"),
     "nan.npz": (lambda p: csr_npz(p, data=(1.0, math.nan, 1.0)), "nan.npz: NaN value in row 1"),
     "repeat.npz": (lambda p: csr_npz(p, indices=(1, 1, 2), indptr=(0, 2, 3, 3)), "label 1 is scored twice in row 0"),
-    "coo.npz": (lambda p: raw_npz(p, "coo", data=np.ones(2), row=np.array([0, 0]), col=np.array([1, 1])),
-                "coo.npz: a (row, label) pair is stored twice"),
-    "text.npz": (lambda p: raw_npz(p, data=np.array(["a", "b", "c"]), indices=np.arange(3, dtype=np.int32),
-                                   indptr=np.arange(4, dtype=np.int32)), "values have type"),
+    "coo.npz": (
+        lambda p: raw_npz(p, "coo", data=np.ones(2), row=np.array([0, 0]), col=np.array([1, 1])),
+        "coo.npz: a (row, label) pair is stored twice",
+    ),
+    "text.npz": (
+        lambda p: raw_npz(
+            p, data=np.array(["a", "b", "c"]), indices=np.arange(3, dtype=np.int32), indptr=np.arange(4, dtype=np.int32)
+        ),
+        "values have type",
+    ),
     "junk.npz": (lambda p: p.write_bytes(b"PK\x03\x04 not a zip"), "not a scipy.sparse .npz file"),
     "empty.npz": (lambda p: p.write_bytes(b""), "not a scipy.sparse .npz file"),
     "dir.npz": (lambda p: p.mkdir(), "dir.npz is a directory; give the matrix file"),
@@ -100,9 +111,12 @@ def test_hostile_truth_training_and_filter_files(d):
     assert "neg.npz: label id -1" in line
     save_sparse(d / "truth4.npz", sp.csr_matrix(np.eye(4, 5, dtype=np.float32)))
     assert "shape (3, 5) but the ground truth has shape (4, 5)" in one_error_line(
-        invoke("-p", d / "pred.npz", "-t", d / "truth4.npz"))
+        invoke("-p", d / "pred.npz", "-t", d / "truth4.npz")
+    )
     (d / "filter.txt").write_text("-1 0\n")
-    assert "out of range" in one_error_line(invoke("-p", d / "pred.npz", "-t", d / "truth.npz", "--filter", d / "filter.txt"))
+    assert "out of range" in one_error_line(
+        invoke("-p", d / "pred.npz", "-t", d / "truth.npz", "--filter", d / "filter.txt")
+    )
 
 
 def test_no_queries_is_an_error_not_zero_scores(d):
@@ -110,18 +124,42 @@ def test_no_queries_is_an_error_not_zero_scores(d):
     assert "no queries to evaluate" in one_error_line(invoke("-p", d / "zero.npz", "-t", d / "zero.npz"))
 
 
-@pytest.mark.parametrize("option, value", [("--A", "nan"), ("--A", "inf"), ("--B", "nan"), ("--B", "-inf"),
-                                           ("--A", "1e308"), ("--B", "-0.5")])
+@pytest.mark.parametrize(
+    "option, value",
+    [("--A", "nan"), ("--A", "inf"), ("--B", "nan"), ("--B", "-inf"), ("--A", "1e308"), ("--B", "-0.5")],
+)
 def test_non_finite_or_invalid_propensity_parameters_are_refused(d, option, value):
-    line = one_error_line(invoke("-p", d / "pred.npz", "-t", d / "truth.npz", "--train-truth", d / "train.npz",
-                                 option, value, "--format", "json"))
+    line = one_error_line(
+        invoke(
+            "-p",
+            d / "pred.npz",
+            "-t",
+            d / "truth.npz",
+            "--train-truth",
+            d / "train.npz",
+            option,
+            value,
+            "--format",
+            "json",
+        )
+    )
     assert option in line or "propensity" in line
 
 
 def test_huge_k_is_exact_and_json_is_strict(d):
     huge = 10**12
-    result = invoke("-p", d / "pred.npz", "-t", d / "truth.npz", "--train-truth", d / "train.npz", "--k", f"1,{huge}",
-                    "--format", "json")
+    result = invoke(
+        "-p",
+        d / "pred.npz",
+        "-t",
+        d / "truth.npz",
+        "--train-truth",
+        d / "train.npz",
+        "--k",
+        f"1,{huge}",
+        "--format",
+        "json",
+    )
     assert result.exit_code == 0, result.output
     got = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     w = inv_propensity(sp.csr_matrix(np.eye(4, 5, dtype=np.float32)), 0.55, 1.5)
@@ -162,8 +200,10 @@ def test_error_handler_prints_any_message_verbatim(message, capsys):
 
 def test_report_tables_escape_user_text_and_write_strict_json():
     columns = [Column("method", "method", "text"), Column("P@1", "P@1", "metric")]
-    rows = [{"kind": "reproduced", "ranked": True, "method": "m[bold]X[/bold]", "P@1": math.nan, "notes": None},
-            {"kind": "published", "ranked": True, "method": "[/x]", "P@1": 40.0, "notes": None}]
+    rows = [
+        {"kind": "reproduced", "ranked": True, "method": "m[bold]X[/bold]", "P@1": math.nan, "notes": None},
+        {"kind": "published", "ranked": True, "method": "[/x]", "P@1": 40.0, "notes": None},
+    ]
     table = Table(dataset="data[/x]", metrics=["P@1"], columns=columns, rows=rows, notes=["note [red]y"])
     console = Console(width=200, record=True, file=None, force_terminal=False)
     with console.capture() as captured:
@@ -177,5 +217,8 @@ def test_report_tables_escape_user_text_and_write_strict_json():
 
 def test_strict_json_turns_non_finite_numbers_into_null():
     text = _common.strict_json({"a": math.nan, "b": [1.0, math.inf, {"c": -math.inf}], "d": (2, "x")})
-    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {"a": None, "b": [1.0, None, {"c": None}],
-                                                                          "d": [2, "x"]}
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {
+        "a": None,
+        "b": [1.0, None, {"c": None}],
+        "d": [2, "x"],
+    }

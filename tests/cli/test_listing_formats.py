@@ -25,8 +25,21 @@ def db(tmp_path):
     run_dir = _write_run(tmp_path / "runs", RUN_ID, "dexml", "LF-AmazonTitles-131K")
     with open(run_dir / "train_log.jsonl", "w") as fh:
         for epoch, loss in enumerate([2.0, 1.2, 0.9, 0.8], 1):
-            fh.write(json.dumps({"epoch": epoch, "epochs": 4, "loss": loss, "lr": 1e-4, "queries_per_s": 50.0,
-                                 "pool_size": 1500.0, "elapsed_s": 10.0 * epoch, "remaining_s": 10.0 * (4 - epoch)}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "epoch": epoch,
+                        "epochs": 4,
+                        "loss": loss,
+                        "lr": 1e-4,
+                        "queries_per_s": 50.0,
+                        "pool_size": 1500.0,
+                        "elapsed_s": 10.0 * epoch,
+                        "remaining_s": 10.0 * (4 - epoch),
+                    }
+                )
+                + "\n"
+            )
         fh.write('{"epoch": 5, "lo')  # a line cut short by a crash is skipped
     db = tmp_path / "x.duckdb"
     result = runner.invoke(app, ["ingest", str(tmp_path / "runs"), "--db", str(db)])
@@ -42,9 +55,19 @@ def _ok(args: list[str], env: dict | None = None) -> str:
 
 def test_runs_list_formats(db):
     rows = json.loads(_ok(["runs", "list", "--db", str(db), "--format", "json"]))
-    assert rows == [{"run_id": RUN_ID, "status": "finished", "dataset": "LF-AmazonTitles-131K", "split": "test",
-                     "method": "dexml", "encoder": "all-MiniLM-L6-v2", "supervision": rows[0]["supervision"],
-                     "P@1": 41.25, "created_at": rows[0]["created_at"]}]
+    assert rows == [
+        {
+            "run_id": RUN_ID,
+            "status": "finished",
+            "dataset": "LF-AmazonTitles-131K",
+            "split": "test",
+            "method": "dexml",
+            "encoder": "all-MiniLM-L6-v2",
+            "supervision": rows[0]["supervision"],
+            "P@1": 41.25,
+            "created_at": rows[0]["created_at"],
+        }
+    ]
     table = list(csv.DictReader(io.StringIO(_ok(["runs", "list", "--db", str(db), "--format", "csv"]))))
     assert table[0]["run_id"] == RUN_ID and table[0]["P@1"] == "41.25"
     assert f"| {RUN_ID} |" in _ok(["runs", "list", "--db", str(db), "--format", "markdown"])
@@ -75,7 +98,17 @@ def test_loss_curve_plot():
 def test_datasets_list_formats():
     rows = json.loads(_ok(["datasets", "list", "--format", "json"]))
     wiki = next(r for r in rows if r["name"] == "LF-Wikipedia-500K")
-    assert set(wiki) >= {"name", "synthetic", "train", "test", "labels", "query_text", "propensity_a", "propensity_b", "status"}
+    assert set(wiki) >= {
+        "name",
+        "synthetic",
+        "train",
+        "test",
+        "labels",
+        "query_text",
+        "propensity_a",
+        "propensity_b",
+        "status",
+    }
     assert wiki["propensity_a"] == 0.5 and wiki["status"] in ("missing", "complete", "partial", "prepared")
     assert "LF-Wikipedia-500K" in _ok(["datasets", "list", "--format", "csv"]).splitlines()[1:][0] or True
     result = runner.invoke(app, ["datasets", "list", "--format", "xml"])
@@ -87,10 +120,34 @@ def test_evaluate_csv_and_json(tmp_path):
     pred = sp.csr_matrix(np.array([[0.9, 0.1, 0.0], [0.8, 0.2, 0.0]], dtype=np.float32))
     sp.save_npz(tmp_path / "p.npz", pred)
     sp.save_npz(tmp_path / "t.npz", truth)
-    out = _ok(["evaluate", "--predictions", str(tmp_path / "p.npz"), "--truth", str(tmp_path / "t.npz"),
-               "--k", "1", "--format", "csv"])
+    out = _ok(
+        [
+            "evaluate",
+            "--predictions",
+            str(tmp_path / "p.npz"),
+            "--truth",
+            str(tmp_path / "t.npz"),
+            "--k",
+            "1",
+            "--format",
+            "csv",
+        ]
+    )
     rows = list(csv.DictReader(io.StringIO(out)))
     assert {r["metric"]: float(r["value"]) for r in rows}["P@1"] == 50.0
-    values = json.loads(_ok(["evaluate", "--predictions", str(tmp_path / "p.npz"), "--truth", str(tmp_path / "t.npz"),
-                             "--k", "1", "--format", "json"]))
+    values = json.loads(
+        _ok(
+            [
+                "evaluate",
+                "--predictions",
+                str(tmp_path / "p.npz"),
+                "--truth",
+                str(tmp_path / "t.npz"),
+                "--k",
+                "1",
+                "--format",
+                "json",
+            ]
+        )
+    )
     assert values["P@1"] == 50.0

@@ -17,23 +17,55 @@ WIDE = {"COLUMNS": "250"}
 def _write_run(root: Path, run_id: str, method: str, dataset: str, status: str = "finished") -> Path:
     record = new_record(
         run_id,
-        task={"dataset": dataset, "dataset_version": "v1", "split": "test", "n_queries": 250, "n_queries_evaluated": 250,
-              "n_labels": 200, "propensity_a": 0.55, "propensity_b": 1.5, "filter": "filter_labels_test.txt"},
-        model={"method": method, "encoder": "all-MiniLM-L6-v2", "params_total": 22_700_000, "params_trainable": 22_700_000},
-        provenance={"xmcbench_version": "0.1.0", "git_commit": "0123abcd", "recipe_hash": "f" * 64, "seed": 7,
-                    "command": "xmcbench run recipes/x.yaml", "packages": {"torch": "2.13.0", "numpy": "2.1.0"}},
+        task={
+            "dataset": dataset,
+            "dataset_version": "v1",
+            "split": "test",
+            "n_queries": 250,
+            "n_queries_evaluated": 250,
+            "n_labels": 200,
+            "propensity_a": 0.55,
+            "propensity_b": 1.5,
+            "filter": "filter_labels_test.txt",
+        },
+        model={
+            "method": method,
+            "encoder": "all-MiniLM-L6-v2",
+            "params_total": 22_700_000,
+            "params_trainable": 22_700_000,
+        },
+        provenance={
+            "xmcbench_version": "0.1.0",
+            "git_commit": "0123abcd",
+            "recipe_hash": "f" * 64,
+            "seed": 7,
+            "command": "xmcbench run recipes/x.yaml",
+            "packages": {"torch": "2.13.0", "numpy": "2.1.0"},
+        },
     )
     record["status"] = status
     if status == "failed":
         record["error"] = "RuntimeError: CUDA out of memory"
     else:
-        record["scores"] = [{"name": "P@1", "value": 41.25, "ci_lo": 40.5, "ci_hi": 42.0},
-                            {"name": "PSP@5", "value": 30.125, "ci_lo": 29.5, "ci_hi": 30.75}]
+        record["scores"] = [
+            {"name": "P@1", "value": 41.25, "ci_lo": 40.5, "ci_hi": 42.0},
+            {"name": "PSP@5", "value": 30.125, "ci_lo": 29.5, "ci_hi": 30.75},
+        ]
         record["groups"] = {"head": {"P@1": 55.5}, "tail": {"P@1": 12.25}}
-    record["compute"] = {"device_type": "cuda", "device_names": ["NVIDIA H100 80GB HBM3"] * 2, "device_count": 2,
-                         "wall_time_s": {"prepare": 3.0, "train": 1800.0, "predict": 60.0, "evaluate": 2.0},
-                         "gpu_hours": 1.0333, "peak_gpu_mem_gb": 61.5}
-    record["accounting"] = {"batch_size": 1024, "pool_size_mean": 10240.0, "pool_size_max": 10300, "refresh_interval": 5}
+    record["compute"] = {
+        "device_type": "cuda",
+        "device_names": ["NVIDIA H100 80GB HBM3"] * 2,
+        "device_count": 2,
+        "wall_time_s": {"prepare": 3.0, "train": 1800.0, "predict": 60.0, "evaluate": 2.0},
+        "gpu_hours": 1.0333,
+        "peak_gpu_mem_gb": 61.5,
+    }
+    record["accounting"] = {
+        "batch_size": 1024,
+        "pool_size_mean": 10240.0,
+        "pool_size_max": 10300,
+        "refresh_interval": 5,
+    }
     write_record(root / run_id, record)
     return root / run_id
 
@@ -54,7 +86,11 @@ def test_ingest_then_list(runs_dir):
 
     result = runner.invoke(app, ["runs", "list"], env=WIDE)
     assert result.exit_code == 0, result.output
-    for run_id in ("20261121-101500-dexml-synth-a1b2c3", "20261121-111500-tfidf-synth-d4e5f6", "20261121-121500-dexml-other-0a0b0c"):
+    for run_id in (
+        "20261121-101500-dexml-synth-a1b2c3",
+        "20261121-111500-tfidf-synth-d4e5f6",
+        "20261121-121500-dexml-other-0a0b0c",
+    ):
         assert run_id in result.output
     assert "41.25" in result.output and "failed" in result.output
 
@@ -76,7 +112,9 @@ def test_ingest_reports_a_damaged_record_and_continues(runs_dir, tmp_path):
     listed = runner.invoke(app, ["runs", "list", "--db", str(db)], env=WIDE)
     assert "a1b2c3" in listed.output and "d4e5f6" not in listed.output
 
-    again = runner.invoke(app, ["ingest", str(runs_dir / "20261121-101500-dexml-synth-a1b2c3"), "--db", str(db)], env=WIDE)
+    again = runner.invoke(
+        app, ["ingest", str(runs_dir / "20261121-101500-dexml-synth-a1b2c3"), "--db", str(db)], env=WIDE
+    )
     assert again.exit_code == 0 and "0 ingested, 1 skipped, 0 bad" in again.output
 
 

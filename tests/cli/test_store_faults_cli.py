@@ -63,7 +63,9 @@ READ_COMMANDS = [["runs", "list"], ["runs", "show", "run-a"], ["compare", "run-a
 def test_read_commands_without_a_database_say_so_and_create_nothing(command, tmp_path):
     home = paths.home()
     result = runner.invoke(app, command, env=WIDE)
-    _one_line_error(result, f"no results database at {paths.default_db_path()}; run a recipe or `xmcbench ingest DIR` first")
+    _one_line_error(
+        result, f"no results database at {paths.default_db_path()}; run a recipe or `xmcbench ingest DIR` first"
+    )
     assert not home.exists()
 
     typo = tmp_path / "typo" / "results.duckdb"  # a mistyped --db: reported, never made
@@ -86,8 +88,12 @@ def test_read_commands_write_nothing(runs_dir):
     assert runner.invoke(app, ["ingest", str(runs_dir)]).exit_code == 0
     (paths.default_db_path().parent / "xmcbench.duckdb.lock").unlink(missing_ok=True)
     before = _listing(paths.home())
-    for command in (["runs", "list"], ["runs", "show", "run-a"], ["table", "-d", DATASET, "--format", "json"],
-                    ["runs", "list", "--status", "finished"]):
+    for command in (
+        ["runs", "list"],
+        ["runs", "show", "run-a"],
+        ["table", "-d", DATASET, "--format", "json"],
+        ["runs", "list", "--status", "finished"],
+    ):
         result = runner.invoke(app, command, env=WIDE)
         assert result.exit_code == 0, result.output
     assert _listing(paths.home()) == before  # no lock file, no log, no migration, same bytes
@@ -119,10 +125,17 @@ def test_status_must_be_a_known_one():
 
 def test_db_below_a_file_or_a_directory_is_one_line(tmp_path):
     (tmp_path / "somefile").write_text("x")
-    _one_line_error(runner.invoke(app, ["runs", "list", "--db", str(tmp_path / "somefile" / "db")]), "no results database at")
-    _one_line_error(runner.invoke(app, ["runs", "list", "--db", str(tmp_path)]), "is a directory, not a results database file")
-    _one_line_error(runner.invoke(app, ["ingest", str(tmp_path), "--db", str(tmp_path / "somefile" / "db")]),
-                    "cannot write to the results database", "is a file, not a folder")
+    _one_line_error(
+        runner.invoke(app, ["runs", "list", "--db", str(tmp_path / "somefile" / "db")]), "no results database at"
+    )
+    _one_line_error(
+        runner.invoke(app, ["runs", "list", "--db", str(tmp_path)]), "is a directory, not a results database file"
+    )
+    _one_line_error(
+        runner.invoke(app, ["ingest", str(tmp_path), "--db", str(tmp_path / "somefile" / "db")]),
+        "cannot write to the results database",
+        "is a file, not a folder",
+    )
 
 
 def test_a_damaged_database_is_one_line_and_ingest_rebuilds_it(runs_dir):
@@ -131,8 +144,15 @@ def test_a_damaged_database_is_one_line_and_ingest_rebuilds_it(runs_dir):
     with open(db, "r+b") as fh:
         fh.truncate(db.stat().st_size // 3)
     damaged = db.read_bytes()
-    for command in (["runs", "list"], ["runs", "show", "run-a"], ["table", "-d", DATASET], ["compare", "run-a", "run-b"]):
-        _one_line_error(runner.invoke(app, command, env=WIDE), f"the results database {db} is damaged", "xmcbench ingest")
+    for command in (
+        ["runs", "list"],
+        ["runs", "show", "run-a"],
+        ["table", "-d", DATASET],
+        ["compare", "run-a", "run-b"],
+    ):
+        _one_line_error(
+            runner.invoke(app, command, env=WIDE), f"the results database {db} is damaged", "xmcbench ingest"
+        )
 
     result = runner.invoke(app, ["ingest", str(runs_dir)], env=WIDE)
     assert result.exit_code == 0, result.output
@@ -156,7 +176,11 @@ def test_a_killed_run_shows_as_interrupted(tmp_path):
     listed = runner.invoke(app, ["runs", "list", "--status", "running"], env=WIDE)
     assert "run-live" in listed.output and "run-dead" not in listed.output
     shown = runner.invoke(app, ["runs", "show", "run-dead"], env=WIDE)
-    assert shown.exit_code == 0 and "interrupted" in shown.output and "running" not in shown.output.splitlines()[0].replace("recorded as running", "")
+    assert (
+        shown.exit_code == 0
+        and "interrupted" in shown.output
+        and "running" not in shown.output.splitlines()[0].replace("recorded as running", "")
+    )
 
 
 def test_an_older_database_is_read_with_a_note_and_not_migrated(tmp_path):
@@ -190,8 +214,11 @@ def test_ingest_when_the_disk_is_full_is_one_line(runs_dir, monkeypatch):
     _write_run(runs_dir, "run-c")
     monkeypatch.setattr("xmcbench.store.lock.file_lock", full)
     result = runner.invoke(app, ["ingest", str(runs_dir)])
-    _one_line_error(result, f"cannot write to the results database {paths.default_db_path()} (No space left on device)",
-                    f"the run directories in {runs_dir} still have their records, and `xmcbench ingest {runs_dir}` will index them")
+    _one_line_error(
+        result,
+        f"cannot write to the results database {paths.default_db_path()} (No space left on device)",
+        f"the run directories in {runs_dir} still have their records, and `xmcbench ingest {runs_dir}` will index them",
+    )
 
 
 def test_a_broken_leaderboard_file_does_not_hide_the_runs(runs_dir, tmp_path, monkeypatch):
@@ -206,4 +233,8 @@ def test_a_broken_leaderboard_file_does_not_hide_the_runs(runs_dir, tmp_path, mo
     assert runner.invoke(app, ["ingest", str(runs_dir)]).exit_code == 0  # warns, still ingests
     result = runner.invoke(app, ["table", "-d", DATASET, "--format", "csv"])
     assert result.exit_code == 0, result.output
-    assert "tfidf,full,run-" in result.stdout and "published results not shown" in result.stderr and "not valid YAML" in result.stderr
+    assert (
+        "tfidf,full,run-" in result.stdout
+        and "published results not shown" in result.stderr
+        and "not valid YAML" in result.stderr
+    )

@@ -22,14 +22,30 @@ runner = CliRunner()
 def _record(run_id: str, method: str, p1: float, **task) -> dict:
     record = new_record(
         run_id,
-        task={"dataset": DATASET, "dataset_version": "v1", "split": "test", "n_queries": 134835,
-              "n_queries_evaluated": 134835, "propensity_a": 0.6, "propensity_b": 2.6, "supervision": "full", **task},
+        task={
+            "dataset": DATASET,
+            "dataset_version": "v1",
+            "split": "test",
+            "n_queries": 134835,
+            "n_queries_evaluated": 134835,
+            "propensity_a": 0.6,
+            "propensity_b": 2.6,
+            "supervision": "full",
+            **task,
+        },
         model={"method": method},
     )
     record["status"] = "finished"
-    record["scores"] = [{"name": "P@1", "value": p1, "ci_lo": p1 - 0.3, "ci_hi": p1 + 0.3},
-                        {"name": "P@5", "value": p1 / 2}]
-    record["compute"] = {"device_type": "cuda", "device_names": ["NVIDIA H100 80GB HBM3"], "device_count": 1, "gpu_hours": 0.25}
+    record["scores"] = [
+        {"name": "P@1", "value": p1, "ci_lo": p1 - 0.3, "ci_hi": p1 + 0.3},
+        {"name": "P@5", "value": p1 / 2},
+    ]
+    record["compute"] = {
+        "device_type": "cuda",
+        "device_names": ["NVIDIA H100 80GB HBM3"],
+        "device_count": 1,
+        "gpu_hours": 0.25,
+    }
     return record
 
 
@@ -57,8 +73,11 @@ def test_json_has_runs_published_rows_and_deltas(db):
     assert runs["run-dexml"]["gpus"] == "NVIDIA H100 80GB HBM3 × 1" and runs["run-dexml"]["gpu_hours"] == 0.25
 
     published = [r for r in rows if r["kind"] == "published"]
-    expected = {(f"{r.paper}:{r.table}", r.printed_name, r.setting) for r in load_reference_results()
-                if r.dataset == DATASET and r.dataset_variant is None}
+    expected = {
+        (f"{r.paper}:{r.table}", r.printed_name, r.setting)
+        for r in load_reference_results()
+        if r.dataset == DATASET and r.dataset_variant is None
+    }
     assert {(r["source"], r["method"], r["setting"]) for r in published} == expected
 
     # Δ against the DEXML paper's own row, recomputed here from what the table shows
@@ -126,8 +145,15 @@ def test_all_runs_and_latest(db):
         later["created_at"] = "2099-01-01T00:00:00+00:00"
         store.ingest_record(later, None)
     assert {r["source"] for r in _json_rows("-d", DATASET) if r["kind"] == "reproduced"} == {"run-dexml", "run-tfidf"}
-    assert {r["source"] for r in _json_rows("-d", DATASET, "--latest") if r["kind"] == "reproduced"} == {"run-dexml-2", "run-tfidf"}
-    assert {r["source"] for r in _json_rows("-d", DATASET, "--all-runs") if r["kind"] == "reproduced"} == {"run-dexml", "run-dexml-2", "run-tfidf"}
+    assert {r["source"] for r in _json_rows("-d", DATASET, "--latest") if r["kind"] == "reproduced"} == {
+        "run-dexml-2",
+        "run-tfidf",
+    }
+    assert {r["source"] for r in _json_rows("-d", DATASET, "--all-runs") if r["kind"] == "reproduced"} == {
+        "run-dexml",
+        "run-dexml-2",
+        "run-tfidf",
+    }
 
 
 def test_mixed_versions_fail_with_the_fix(db):
@@ -150,5 +176,7 @@ def test_bad_options_are_one_line_errors(db, tmp_path):
     assert result.exit_code == 1 and "nothing to show for dataset 'no-such-data'" in result.output
     # a mistyped --db is reported, not made into a new empty database
     result = runner.invoke(app, ["table", "-d", DATASET, "--db", str(tmp_path / "other.duckdb")])
-    assert result.exit_code == 1 and f"no results database at {tmp_path / 'other.duckdb'}; run a recipe" in result.output
+    assert (
+        result.exit_code == 1 and f"no results database at {tmp_path / 'other.duckdb'}; run a recipe" in result.output
+    )
     assert not (tmp_path / "other.duckdb").exists() and not (tmp_path / "other.duckdb.lock").exists()

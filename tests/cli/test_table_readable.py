@@ -20,13 +20,23 @@ WIKI = "LF-Wikipedia-500K"
 def _record(run_id: str, method: str, p1: float, dataset: str = WIKI) -> dict:
     record = new_record(
         run_id,
-        task={"dataset": dataset, "dataset_version": "v1", "split": "test", "n_queries": 1000,
-              "n_queries_evaluated": 1000, "propensity_a": 0.5, "propensity_b": 0.4, "supervision": "full"},
+        task={
+            "dataset": dataset,
+            "dataset_version": "v1",
+            "split": "test",
+            "n_queries": 1000,
+            "n_queries_evaluated": 1000,
+            "propensity_a": 0.5,
+            "propensity_b": 0.4,
+            "supervision": "full",
+        },
         model={"method": method},
     )
     record["status"] = "finished"
-    record["scores"] = [{"name": "P@1", "value": p1, "ci_lo": p1 - 0.4, "ci_hi": p1 + 0.6},
-                        {"name": "P@5", "value": p1 / 2}]
+    record["scores"] = [
+        {"name": "P@1", "value": p1, "ci_lo": p1 - 0.4, "ci_hi": p1 + 0.6},
+        {"name": "P@5", "value": p1 / 2},
+    ]
     return record
 
 

@@ -19,16 +19,31 @@ from xmcbench.data.catalog import (
 from xmcbench.errors import DataFormatError, XmcbenchError
 
 BUILTIN = [
-    "LF-AmazonTitles-131K", "LF-Amazon-131K", "LF-WikiSeeAlsoTitles-320K", "LF-WikiSeeAlso-320K",
-    "LF-WikiTitles-500K", "LF-Wikipedia-500K", "LF-AmazonTitles-1.3M", "EURLex-4K",
-    "LF-Amazon-1M", "Wiki10-31K", "AmazonCat-13K",
+    "LF-AmazonTitles-131K",
+    "LF-Amazon-131K",
+    "LF-WikiSeeAlsoTitles-320K",
+    "LF-WikiSeeAlso-320K",
+    "LF-WikiTitles-500K",
+    "LF-Wikipedia-500K",
+    "LF-AmazonTitles-1.3M",
+    "EURLex-4K",
+    "LF-Amazon-1M",
+    "Wiki10-31K",
+    "AmazonCat-13K",
 ]
 
 
 def _local(name: str = "my-data") -> DatasetSpec:
     return DatasetSpec(
-        name=name, raw_group=name, format="lf-json", query_text="title", files=list(LF_FILES),
-        sources=[Source(kind="local", ref="/data/x")], paper_counts={}, propensity_a=0.55, propensity_b=1.5,
+        name=name,
+        raw_group=name,
+        format="lf-json",
+        query_text="title",
+        files=list(LF_FILES),
+        sources=[Source(kind="local", ref="/data/x")],
+        paper_counts={},
+        propensity_a=0.55,
+        propensity_b=1.5,
     )
 
 
@@ -55,7 +70,9 @@ def test_default_sources():
     parts = wiki.default_sources()
     assert [s.filename for s in parts] == ["trn.raw.json.gz", "tst.raw.json.gz", "Yf.txt"]
     assert {s.ref for s in parts} == {
-        "10RBSf6nC9C38wUMwqWur2Yd8mCwtup5K", "1pEyKXtkwHhinuRxmARhtwEQ39VIughDf", "1ZYTZPlnkPBCMcNqRRO-gNx8EPgtV-GL3"
+        "10RBSf6nC9C38wUMwqWur2Yd8mCwtup5K",
+        "1pEyKXtkwHhinuRxmARhtwEQ39VIughDf",
+        "1ZYTZPlnkPBCMcNqRRO-gNx8EPgtV-GL3",
     }
     amazon = get_spec("LF-AmazonTitles-1.3M")
     assert amazon.default_sources() == [amazon.sources[0]] and amazon.sources[0].archive

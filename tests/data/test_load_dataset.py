@@ -41,7 +41,9 @@ def test_synthetic_raw_files_are_regenerated(synth_dataset, synth_raw_dir):
 
 
 def test_not_downloaded_says_how(monkeypatch):
-    with pytest.raises(XmcbenchError, match=r"not downloaded here; run `xmcbench datasets download LF-AmazonTitles-131K`"):
+    with pytest.raises(
+        XmcbenchError, match=r"not downloaded here; run `xmcbench datasets download LF-AmazonTitles-131K`"
+    ):
         load_dataset("lf-amazontitles-131k", progress=False)
 
 

@@ -26,28 +26,48 @@ from xmcbench.errors import DataFormatError, XmcbenchError
 
 def _spec(query_text: str = "title", files=LF_FILES) -> DatasetSpec:
     return DatasetSpec(
-        name="tiny", raw_group="tiny", format="lf-json", query_text=query_text, files=list(files),
-        sources=[Source(kind="local", ref="")], paper_counts={"train": 4, "test": 2, "labels": 5},
-        propensity_a=0.55, propensity_b=1.5,
+        name="tiny",
+        raw_group="tiny",
+        format="lf-json",
+        query_text=query_text,
+        files=list(files),
+        sources=[Source(kind="local", ref="")],
+        paper_counts={"train": 4, "test": 2, "labels": 5},
+        propensity_a=0.55,
+        propensity_b=1.5,
     )
 
 
 def _tiny_raw(raw: Path) -> Path:
     """4 train / 2 test queries, 5 labels; duplicated and unsorted targets, empty texts, entities."""
     raw.mkdir(parents=True, exist_ok=True)
-    write_lf_json(raw / "lbl.json.gz", [
-        {"uid": f"L{i}", "title": t, "content": f"about {t}"} for i, t in enumerate(["red", "green", "", "B&amp;W", "blue"])
-    ], escape_html=False)
-    write_lf_json(raw / "trn.json.gz", [
-        {"uid": "t0", "title": "red car", "content": "fast", "target_ind": [3, 0, 3]},
-        {"uid": "t1", "title": "", "content": "only content", "target_ind": []},
-        {"uid": "t2", "title": "green &#8217;tree", "content": "", "target_ind": [1]},
-        {"uid": "t3", "title": "sky", "content": "blue sky", "target_ind": [4, 1]},
-    ], escape_html=False)
-    write_lf_json(raw / "tst.json", [
-        {"uid": "s0", "title": "blue", "content": "x", "target_ind": [4]},
-        {"uid": "s1", "title": "red", "content": "y", "target_ind": [0, 4]},
-    ], compress=False, escape_html=False)
+    write_lf_json(
+        raw / "lbl.json.gz",
+        [
+            {"uid": f"L{i}", "title": t, "content": f"about {t}"}
+            for i, t in enumerate(["red", "green", "", "B&amp;W", "blue"])
+        ],
+        escape_html=False,
+    )
+    write_lf_json(
+        raw / "trn.json.gz",
+        [
+            {"uid": "t0", "title": "red car", "content": "fast", "target_ind": [3, 0, 3]},
+            {"uid": "t1", "title": "", "content": "only content", "target_ind": []},
+            {"uid": "t2", "title": "green &#8217;tree", "content": "", "target_ind": [1]},
+            {"uid": "t3", "title": "sky", "content": "blue sky", "target_ind": [4, 1]},
+        ],
+        escape_html=False,
+    )
+    write_lf_json(
+        raw / "tst.json",
+        [
+            {"uid": "s0", "title": "blue", "content": "x", "target_ind": [4]},
+            {"uid": "s1", "title": "red", "content": "y", "target_ind": [0, 4]},
+        ],
+        compress=False,
+        escape_html=False,
+    )
     (raw / "filter_labels_train.txt").write_text("2 1\n")  # one line: never a 1-D array
     (raw / "filter_labels_test.txt").write_text("")
     return raw
@@ -64,7 +84,10 @@ def test_cache_equals_raw_content(tmp_path):
     train = ds.labels("train")
     assert train.dtype == np.float32 and train.has_sorted_indices
     assert train.toarray().tolist() == [
-        [1, 0, 0, 1, 0], [0, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 1, 0, 0, 1],
+        [1, 0, 0, 1, 0],
+        [0, 0, 0, 0, 0],
+        [0, 1, 0, 0, 0],
+        [0, 1, 0, 0, 1],
     ]
     assert ds.meta["counts"]["duplicate_targets_dropped"] == {"train": 1, "test": 0}
     assert ds.filter("train").toarray().nonzero() == ([2], [1])
@@ -84,12 +107,16 @@ def test_cache_equals_raw_on_synthetic(tmp_path, synth_raw_dir, synth_params):
     for split, file in (("train", "trn.json.gz"), ("test", "tst.json.gz")):
         records = list(iter_records(synth_raw_dir / file))
         assert ds.query_texts(split).to_list() == compose_query_texts(
-            [r["title"] for r in records], [r["content"] for r in records], "title+content")
+            [r["title"] for r in records], [r["content"] for r in records], "title+content"
+        )
         assert ds.uids(split).to_list() == [r["uid"] for r in records]
         labels = ds.labels(split)
-        assert [labels.indices[labels.indptr[i]:labels.indptr[i + 1]].tolist() for i in range(labels.shape[0])] == [
-            sorted(set(r["target_ind"])) for r in records]
-    assert ds.label_texts().to_list() == [r["title"] for r in iter_records(synth_raw_dir / "lbl.json.gz", targets=False)]
+        assert [labels.indices[labels.indptr[i] : labels.indptr[i + 1]].tolist() for i in range(labels.shape[0])] == [
+            sorted(set(r["target_ind"])) for r in records
+        ]
+    assert ds.label_texts().to_list() == [
+        r["title"] for r in iter_records(synth_raw_dir / "lbl.json.gz", targets=False)
+    ]
 
 
 def test_title_plus_content():
@@ -178,8 +205,9 @@ def test_currency_follows_raw_files_and_spec(tmp_path):
     # with a manifest, the sha256 decides: a re-download of the same bytes keeps the cache
     from xmcbench.data.fetch import record_manifest
 
-    record_manifest(raw, ["trn.json.gz", "tst.json", "lbl.json.gz", "filter_labels_train.txt",
-                          "filter_labels_test.txt"], "test")
+    record_manifest(
+        raw, ["trn.json.gz", "tst.json", "lbl.json.gz", "filter_labels_train.txt", "filter_labels_test.txt"], "test"
+    )
     os.utime(raw / "trn.json.gz")
     assert is_prepared_current(_spec(), raw, out)
     (raw / "filter_labels_train.txt").write_text("3 1\n")  # same size, other content

@@ -11,8 +11,15 @@ from xmcbench.errors import XmcbenchError
 
 def _local(name: str = "my-data") -> DatasetSpec:
     return DatasetSpec(
-        name=name, raw_group=name, format="lf-json", query_text="title", files=list(LF_FILES),
-        sources=[Source(kind="local", ref="/data/x")], paper_counts={}, propensity_a=0.55, propensity_b=1.5,
+        name=name,
+        raw_group=name,
+        format="lf-json",
+        query_text="title",
+        files=list(LF_FILES),
+        sources=[Source(kind="local", ref="/data/x")],
+        paper_counts={},
+        propensity_a=0.55,
+        propensity_b=1.5,
     )
 
 

@@ -25,10 +25,22 @@ def test_tiny_dataset_stats():
     test = _csr([[2], [0, 3], []], 5)
     stats = dataset_stats(train, test, np.array([3, 0, 5, 2]), np.array([1, 1, 0]), np.array([4, 0, 0, 2, 1]))
     assert stats["labels"] == 5
-    assert stats["train"] == {"queries": 4, "positives": 5, "avg_labels_per_query": 1.25, "max_labels_per_query": 2,
-                              "empty_rows": 1, "empty_texts": 1}
-    assert stats["test"] == {"queries": 3, "positives": 3, "avg_labels_per_query": 1.0, "max_labels_per_query": 2,
-                             "empty_rows": 1, "empty_texts": 1}
+    assert stats["train"] == {
+        "queries": 4,
+        "positives": 5,
+        "avg_labels_per_query": 1.25,
+        "max_labels_per_query": 2,
+        "empty_rows": 1,
+        "empty_texts": 1,
+    }
+    assert stats["test"] == {
+        "queries": 3,
+        "positives": 3,
+        "avg_labels_per_query": 1.0,
+        "max_labels_per_query": 2,
+        "empty_rows": 1,
+        "empty_texts": 1,
+    }
     assert stats["avg_queries_per_label"] == 1.0  # 5 train positives / 5 labels
     assert stats["label_groups"] == {"head": 0, "torso": 0, "tail": 5}
     assert stats["labels_without_train_queries"] == 2

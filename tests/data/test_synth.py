@@ -39,7 +39,10 @@ def test_deterministic_by_seed(tmp_path, synth_raw_dir, synth_params):
 
 def test_reciprocal_pairs_are_in_filter_files(synth_raw_dir):
     labels = list(iter_records(synth_raw_dir / "lbl.json.gz", targets=False))
-    for split_file, filter_file in (("trn.json.gz", "filter_labels_train.txt"), ("tst.json.gz", "filter_labels_test.txt")):
+    for split_file, filter_file in (
+        ("trn.json.gz", "filter_labels_train.txt"),
+        ("tst.json.gz", "filter_labels_test.txt"),
+    ):
         queries = list(iter_records(synth_raw_dir / split_file))
         pairs = [tuple(map(int, line.split())) for line in (synth_raw_dir / filter_file).read_text().splitlines()]
         assert len(pairs) > 0 and pairs == sorted(pairs)
@@ -93,8 +96,11 @@ def test_structure_is_learnable_but_not_trivial(tmp_path):
     spec = make_synthetic_spec("synth-l", n_labels=300, n_train=6000, n_test=600, seed=5)
     synthesize(tmp_path / "raw", **spec.synthetic)
     ds = load_prepared(prepare(spec, tmp_path / "raw", tmp_path / "p", progress=False))
-    train, test, labels = (ds.query_texts("train").to_list(), ds.query_texts("test").to_list(),
-                           ds.label_texts().to_list())
+    train, test, labels = (
+        ds.query_texts("train").to_list(),
+        ds.query_texts("test").to_list(),
+        ds.label_texts().to_list(),
+    )
     vectorizer = TfidfVectorizer(token_pattern=r"\S+", sublinear_tf=True).fit(train + labels)
     q, lab, tr = (normalize(vectorizer.transform(t)) for t in (test, labels, train))
     truth, filt = ds.labels("test"), ds.filter("test")

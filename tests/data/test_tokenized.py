@@ -40,7 +40,9 @@ def _direct(tokenizer, texts, max_length):
 
 @pytest.mark.parametrize("max_length", [8, 32])
 def test_batches_equal_direct_tokenizer_output(tokenizer, max_length):
-    cache = TokenCache.build_or_load(TEXTS, tokenizer, max_length, ("synth", "train", "title"), progress=False, chunk_size=7)
+    cache = TokenCache.build_or_load(
+        TEXTS, tokenizer, max_length, ("synth", "train", "title"), progress=False, chunk_size=7
+    )
     assert cache.was_built and len(cache) == len(TEXTS)
     assert cache.input_ids.shape == (len(TEXTS), max_length) and cache.input_ids.dtype == np.int32
     rng = np.random.default_rng(0)

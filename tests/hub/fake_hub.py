@@ -161,8 +161,9 @@ class FakeHub:
         parsed = urllib.parse.urlsplit(h.path)
         path, query = parsed.path, urllib.parse.parse_qs(parsed.query)
         body = _read_body(h) if method in ("POST", "PUT") else b""
-        self.requests.append({"method": method, "path": path, "body": body,
-                              "headers": {k.lower(): v for k, v in h.headers.items()}})
+        self.requests.append(
+            {"method": method, "path": path, "body": body, "headers": {k.lower(): v for k, v in h.headers.items()}}
+        )
         try:
             status, headers, payload = self._route(h, method, path, query, body)
         except _HttpError as err:
@@ -232,15 +233,17 @@ class FakeHub:
         for path in sorted(tree):
             if not path.startswith(prefix):
                 continue
-            rest = path[len(prefix):]
+            rest = path[len(prefix) :]
             parts = rest.split("/")
             for i in range(1, len(parts)):
                 if recursive or i == 1:
                     dirs.add(prefix + "/".join(parts[:i]))
             if recursive or len(parts) == 1:
                 out.append(self._entry(path, tree[path]))
-        out += [{"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d}
-                for d in sorted(dirs)]
+        out += [
+            {"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d}
+            for d in sorted(dirs)
+        ]
         return out
 
     # -- routes --------------------------------------------------------------------------------
@@ -248,8 +251,17 @@ class FakeHub:
         with self._lock:
             if path == "/api/whoami-v2":
                 user = self._user(h, required=True)
-                return 200, {}, {"type": "user", "name": user, "fullname": user, "orgs": [],
-                                 "auth": {"type": "access_token", "accessToken": {"displayName": "test", "role": "write"}}}
+                return (
+                    200,
+                    {},
+                    {
+                        "type": "user",
+                        "name": user,
+                        "fullname": user,
+                        "orgs": [],
+                        "auth": {"type": "access_token", "accessToken": {"displayName": "test", "role": "write"}},
+                    },
+                )
             if path == "/api/validate-yaml" and method == "POST":
                 return self._validate_yaml(json.loads(body or b"{}"))
             if path == "/api/repos/create" and method == "POST":
@@ -334,8 +346,9 @@ class FakeHub:
                 lfs = f["path"].endswith(LFS_SUFFIXES) or f["size"] >= 10 * 2**20
                 existing = tree.get(f["path"])
                 oid = None if existing is None else (existing.sha256 if existing.lfs else existing.blob_id)
-                files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False,
-                              "oid": oid})
+                files.append(
+                    {"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
+                )
             return 200, {}, {"files": files, "commitOid": head}
         if rest.startswith("commit/") and method == "POST":
             self._fault("commit")
@@ -353,8 +366,11 @@ class FakeHub:
             paths = form.get("paths", [])
             tree = repo.commits[sha]
             out = [self._entry(p, tree[p]) for p in paths if p in tree]
-            out += [{"type": "directory", "oid": hashlib.sha1(p.encode()).hexdigest(), "size": 0, "path": p}
-                    for p in paths if p not in tree and any(q.startswith(p.rstrip("/") + "/") for q in tree)]
+            out += [
+                {"type": "directory", "oid": hashlib.sha1(p.encode()).hexdigest(), "size": 0, "path": p}
+                for p in paths
+                if p not in tree and any(q.startswith(p.rstrip("/") + "/") for q in tree)
+            ]
             return 200, {}, out
         if rest.startswith("tree/") and method == "GET":
             repo = self._repo(h, repo_type, repo_id)
@@ -370,9 +386,18 @@ class FakeHub:
             if sha is None:
                 raise _HttpError(404, "Invalid rev id", "RevisionNotFound")
             tree = repo.commits[sha]
-            return 200, {}, {"id": repo_id, "sha": sha, "private": repo.private, "tags": [],
-                             "lastModified": "2026-01-01T00:00:00.000Z",
-                             "siblings": [{"rfilename": p} for p in sorted(tree)]}
+            return (
+                200,
+                {},
+                {
+                    "id": repo_id,
+                    "sha": sha,
+                    "private": repo.private,
+                    "tags": [],
+                    "lastModified": "2026-01-01T00:00:00.000Z",
+                    "siblings": [{"rfilename": p} for p in sorted(tree)],
+                },
+            )
         raise _HttpError(404, f"no API route for {method} {rest}")
 
     def _apply_commit(self, repo: Repo, branch: str, body: bytes) -> dict:
@@ -414,8 +439,13 @@ class FakeHub:
         stored = repo.commits[sha].get(path)
         if stored is None:
             raise _HttpError(404, "Entry not found", "EntryNotFound")
-        headers = {"X-Repo-Commit": sha, "ETag": f'"{stored.blob_id}"', "Content-Length": str(len(stored.data)),
-                   "Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"}
+        headers = {
+            "X-Repo-Commit": sha,
+            "ETag": f'"{stored.blob_id}"',
+            "Content-Length": str(len(stored.data)),
+            "Content-Type": "application/octet-stream",
+            "Accept-Ranges": "bytes",
+        }
         if stored.lfs:
             headers["X-Linked-Etag"] = f'"{stored.sha256}"'
             headers["X-Linked-Size"] = str(len(stored.data))

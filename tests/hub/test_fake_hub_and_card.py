@@ -10,25 +10,54 @@ from xmcbench.hub.card import base_model, metric_type, render_card
 RECORD = {
     "run_id": "20260101-000000-dexml-lf-amazontitles-131k-abcdef",
     "status": "finished",
-    "task": {"dataset": "LF-AmazonTitles-131K", "dataset_version": "abc123", "split": "test", "n_labels": 131073,
-             "n_queries": 134835, "n_queries_evaluated": 134835, "supervision": "full",
-             "propensity_a": 0.6, "propensity_b": 2.6, "filter": "filter_labels_test.txt"},
-    "model": {"method": "dexml", "encoder": "distilbert-base-uncased", "encoder_revision": None,
-              "params_total": 66362880, "params_trainable": 66362880},
-    "scores": [{"name": "P@1", "value": 43.0, "ci_lo": 42.7, "ci_hi": 43.3},
-               {"name": "P@5", "value": 20.9, "ci_lo": 20.8, "ci_hi": 21.0}],
-    "compute": {"device_type": "cuda", "device_names": ["NVIDIA A100-SXM4-80GB"] * 4, "device_count": 4,
-                "gpu_hours": 12.5, "wall_time_s": {"prepare": 60.0, "train": 11000.0, "predict": 250.0}},
-    "accounting": {"batch_size": 4096, "pool_size_mean": 131073.0, "pool_size_max": 131073,
-                   "positives_per_query": 2.3, "hard_negatives_per_query": 0.0, "refresh_interval": None, "steps": 7200},
+    "task": {
+        "dataset": "LF-AmazonTitles-131K",
+        "dataset_version": "abc123",
+        "split": "test",
+        "n_labels": 131073,
+        "n_queries": 134835,
+        "n_queries_evaluated": 134835,
+        "supervision": "full",
+        "propensity_a": 0.6,
+        "propensity_b": 2.6,
+        "filter": "filter_labels_test.txt",
+    },
+    "model": {
+        "method": "dexml",
+        "encoder": "distilbert-base-uncased",
+        "encoder_revision": None,
+        "params_total": 66362880,
+        "params_trainable": 66362880,
+    },
+    "scores": [
+        {"name": "P@1", "value": 43.0, "ci_lo": 42.7, "ci_hi": 43.3},
+        {"name": "P@5", "value": 20.9, "ci_lo": 20.8, "ci_hi": 21.0},
+    ],
+    "compute": {
+        "device_type": "cuda",
+        "device_names": ["NVIDIA A100-SXM4-80GB"] * 4,
+        "device_count": 4,
+        "gpu_hours": 12.5,
+        "wall_time_s": {"prepare": 60.0, "train": 11000.0, "predict": 250.0},
+    },
+    "accounting": {
+        "batch_size": 4096,
+        "pool_size_mean": 131073.0,
+        "pool_size_max": 131073,
+        "positives_per_query": 2.3,
+        "hard_negatives_per_query": 0.0,
+        "refresh_interval": None,
+        "steps": 7200,
+    },
 }
 
 
 def test_card_front_matter_and_body(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
     recipe = f"name: x\nencoder: {{name: distilbert-base-uncased}}\nnote: {FAKE_TOKEN}\n"
-    card = render_card(RECORD, recipe, "org/dexml-131k", repo_url="https://hub.example/org/dexml-131k",
-                       license="apache-2.0")
+    card = render_card(
+        RECORD, recipe, "org/dexml-131k", repo_url="https://hub.example/org/dexml-131k", license="apache-2.0"
+    )
     front = yaml.safe_load(card.split("---")[1])
     assert front["base_model"] == "distilbert-base-uncased" and front["license"] == "apache-2.0"
     assert front["datasets"] == ["LF-AmazonTitles-131K"] and "dexml" in front["tags"]

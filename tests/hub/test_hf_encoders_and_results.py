@@ -30,8 +30,9 @@ def test_parse_hub_ref():
 
 
 @pytest.mark.slow
-def test_recipe_with_an_hf_encoder_runs_from_the_hub_and_then_offline(hub, run_copy, trained, hub_tiny_encoder,
-                                                                       tmp_path, monkeypatch):
+def test_recipe_with_an_hf_encoder_runs_from_the_hub_and_then_offline(
+    hub, run_copy, trained, hub_tiny_encoder, tmp_path, monkeypatch
+):
     import huggingface_hub.constants as c
 
     from xmcbench.encoders import TextEncoder
@@ -68,8 +69,9 @@ def test_recipe_with_an_hf_encoder_runs_from_the_hub_and_then_offline(hub, run_c
     monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     seen = len(hub.requests)
-    np.testing.assert_allclose(TextEncoder(f"hf://authors/tiny-encoder@{sha}", max_length=16).encode(texts), local,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        TextEncoder(f"hf://authors/tiny-encoder@{sha}", max_length=16).encode(texts), local, atol=1e-6
+    )
     assert len(hub.requests) == seen
 
 
@@ -121,14 +123,40 @@ def test_push_results_and_table_with_shared_results(hub, trained, run_copy, tmp_
 
     # an empty local database: the table shows the shared runs
     empty = tmp_path / "empty.duckdb"
-    res = runner.invoke(app, ["table", "--dataset", "synth-hub", "--all-runs", "--format", "json", "--db", str(empty),
-                              "--results", "hf://datasets/tester/results"])
+    res = runner.invoke(
+        app,
+        [
+            "table",
+            "--dataset",
+            "synth-hub",
+            "--all-runs",
+            "--format",
+            "json",
+            "--db",
+            str(empty),
+            "--results",
+            "hf://datasets/tester/results",
+        ],
+    )
     assert res.exit_code == 0, res.output
     for run_id in run_ids:
         assert res.output.count(run_id) == 1
     # the same runs locally as well: still once each (de-duplicated by run id), local database untouched
-    res = runner.invoke(app, ["table", "--dataset", "synth-hub", "--all-runs", "--format", "json",
-                              "--db", str(trained["db"]), "--results", "hf://datasets/tester/results"])
+    res = runner.invoke(
+        app,
+        [
+            "table",
+            "--dataset",
+            "synth-hub",
+            "--all-runs",
+            "--format",
+            "json",
+            "--db",
+            str(trained["db"]),
+            "--results",
+            "hf://datasets/tester/results",
+        ],
+    )
     assert res.exit_code == 0, res.output
     for run_id in run_ids:
         assert res.output.count(run_id) == 1
@@ -158,8 +186,9 @@ def test_a_hub_recipe_runs_against_its_checkpoint(hub, run_copy, hub_tiny_encode
     path = next(p for p in RECIPES if "131k" in p.name)
     repo = load_recipe(path).encoder.name.removeprefix("hf://")
     sha = _publish_encoder(hub, hub_tiny_encoder, repo)
-    recipe = load_recipe(path, ["dataset.name=synth-hub", "encoder.max_length=16", "evaluation.bootstrap=0",
-                                "hardware.devices=cpu"])
+    recipe = load_recipe(
+        path, ["dataset.name=synth-hub", "encoder.max_length=16", "evaluation.bootstrap=0", "hardware.devices=cpu"]
+    )
     result = run_recipe(recipe, runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
     assert result.record["status"] == "finished" and result.record["model"]["encoder"] == f"hf://{repo}"
     assert any(r["path"].startswith(f"/{repo}/resolve/{sha}/") for r in hub.requests)

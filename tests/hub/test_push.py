@@ -39,12 +39,23 @@ def test_push_download_load_reproduces(method, hub, run_copy, capsys):
     remote = hub.files("tester/tiny-" + method)
     local = {f: (result.folder.path / f).read_bytes() for f in result.folder.files}
     assert remote == local
-    for required in ("README.md", "record.json", "recipe.yaml", "modules.json", "config_sentence_transformers.json",
-                     "config.json", "model.safetensors", "1_Pooling/config.json", "xmcbench/model.json",
-                     "xmcbench/label_embeddings.safetensors"):
+    for required in (
+        "README.md",
+        "record.json",
+        "recipe.yaml",
+        "modules.json",
+        "config_sentence_transformers.json",
+        "config.json",
+        "model.safetensors",
+        "1_Pooling/config.json",
+        "xmcbench/model.json",
+        "xmcbench/label_embeddings.safetensors",
+    ):
         assert required in remote, required
-    extra = {"unidec": ["xmcbench/heads.safetensors", "xmcbench/unidec.json"],
-             "prime": ["xmcbench/prototype_network.safetensors", "xmcbench/prototype_network.json"]}.get(method, [])
+    extra = {
+        "unidec": ["xmcbench/heads.safetensors", "xmcbench/unidec.json"],
+        "prime": ["xmcbench/prototype_network.safetensors", "xmcbench/prototype_network.json"],
+    }.get(method, [])
     for name in extra:
         assert remote[name] == (run_dir / "checkpoints" / "model" / name.split("/")[1]).read_bytes()
     assert any(r["method"] == "PUT" and r["path"].startswith("/lfs-objects/") for r in hub.requests)  # LFS really used
@@ -129,8 +140,12 @@ def _encoder_like_published(model):
     modules = json.loads((model.path / "modules.json").read_text())
     pooling = json.loads((model.path / "1_Pooling" / "config.json").read_text())
     normalize = any(m["type"].endswith("Normalize") for m in modules)
-    return TextEncoder(str(model.path), pooling="cls" if pooling["pooling_mode_cls_token"] else "mean",
-                       normalize=normalize, max_length=16)
+    return TextEncoder(
+        str(model.path),
+        pooling="cls" if pooling["pooling_mode_cls_token"] else "mean",
+        normalize=normalize,
+        max_length=16,
+    )
 
 
 def test_dry_run_writes_the_folder_and_uploads_nothing(hub, run_copy, tmp_path):

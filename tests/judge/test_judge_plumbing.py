@@ -15,14 +15,24 @@ from xmcbench.judge.quality import judge_quality, sample_pairs
 def test_packaged_prompts_are_the_papers_templates():
     assert {"eurlex-4k", "wiki10-31k", "amazoncat-13k", "lf-wikiseealso-320k", "lf-wikipedia-500k"} <= set(prompt_ids())
     assert load_prompt("eurlex-4k").template == (
-        "document = {doc}. Is the tag {label_text} relevant to the document? answer yes or no")
+        "document = {doc}. Is the tag {label_text} relevant to the document? answer yes or no"
+    )
     assert load_prompt("amazoncat-13k").render("a hub", "usb") == (
         "document = a hub. The document is amazon product description, Is the tag usb relevant to the document? "
-        "answer yes or no")
+        "answer yes or no"
+    )
 
 
-@pytest.mark.parametrize("template", ["no fields at all", "document = {doc} only", "{label_text} only",
-                                      "{doc} {label_text} {extra}", "{doc} {doc} {label_text}"])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "no fields at all",
+        "document = {doc} only",
+        "{label_text} only",
+        "{doc} {label_text} {extra}",
+        "{doc} {doc} {label_text}",
+    ],
+)
 def test_a_template_without_doc_and_label_text_is_an_error(template):
     with pytest.raises(JudgeError, match=r"\{doc\} and \{label_text\}"):
         Prompt("bad", template)
@@ -37,15 +47,18 @@ def test_prompt_from_a_file_and_unknown_id(tmp_path):
 
 
 def test_braces_in_documents_are_kept():
-    assert load_prompt("eurlex-4k").render("f(x) = {x}", "{maths}").startswith("document = f(x) = {x}. Is the tag {maths}")
+    assert (
+        load_prompt("eurlex-4k").render("f(x) = {x}", "{maths}").startswith("document = f(x) = {x}. Is the tag {maths}")
+    )
 
 
 def test_fake_judge_is_deterministic_and_counts_truncation():
     j = build_judge(JudgeConfig(backend="fake", max_doc_chars=20))
     prompt = load_prompt("eurlex-4k")
     a = j.p_yes(["usb hub for laptops", "x" * 50], ["usb hub", "garden"], prompt)
-    b = build_judge(JudgeConfig(backend="fake", max_doc_chars=20)).p_yes(["usb hub for laptops", "x" * 50],
-                                                                          ["usb hub", "garden"], prompt)
+    b = build_judge(JudgeConfig(backend="fake", max_doc_chars=20)).p_yes(
+        ["usb hub for laptops", "x" * 50], ["usb hub", "garden"], prompt
+    )
     np.testing.assert_array_equal(a, b)
     assert a[0] > 0.7 > 0.3 > a[1]
     assert j.stats.truncated == 1 and j.stats.asked == 2
@@ -99,7 +112,9 @@ def test_quality_measures_on_a_perfect_and_a_useless_judge(synth_dataset):
     labels = ds.labels("train")
     docs, labs, truth = sample_pairs(labels, 30, seed=0)
     assert truth.sum() == 30 and (~truth).sum() == 30
-    assert not any(labels[d, lab] for d, lab, t in zip(docs, labs, truth, strict=False) if not t)  # negatives are not labels
+    assert not any(
+        labels[d, lab] for d, lab, t in zip(docs, labs, truth, strict=False) if not t
+    )  # negatives are not labels
     perfect = judge_quality(truth * 0.1 + 0.55, truth, labs)  # calibrated badly (all > 0.5), ranks perfectly
     assert perfect.auc == 1.0 and perfect.accuracy_at_best == 1.0 and perfect.accuracy_at_half == 0.5
     flat = judge_quality(np.full(truth.size, 0.5), truth, labs)

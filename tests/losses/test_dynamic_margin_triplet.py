@@ -55,9 +55,7 @@ def test_ambiguous_region_paper_variant_has_the_inverted_gradient():
 
 
 @pytest.mark.parametrize("variant", ["max", "paper"])
-@pytest.mark.parametrize(
-    "s_p,s_n,expected", [(0.3, 0.5, 0.2 + 0.2), (0.45, 0.5, 0.05 + GMIN), (-0.5, 0.5, 1.0 + GMAX)]
-)
+@pytest.mark.parametrize("s_p,s_n,expected", [(0.3, 0.5, 0.2 + 0.2), (0.45, 0.5, 0.05 + GMIN), (-0.5, 0.5, 1.0 + GMAX)])
 def test_hard_region_is_standard_with_unit_gradient(variant, s_p, s_n, expected):
     value, grads = value_and_grads(s_p, s_n, variant)
     assert value == pytest.approx(expected)
@@ -139,8 +137,15 @@ def pool_loss(scores, targets, *args, variant="max", temperature=None):
     """The pool loss with the reference's reduction: uniform mean (None) or softmax over all negatives (tau)."""
     if temperature is None:
         return dynamic_margin_triplet_pool_loss(scores, targets, *args, variant=variant, reduction="mean")
-    return dynamic_margin_triplet_pool_loss(scores, targets, *args, variant=variant, negative_temperature=temperature,
-                                            reduction="softmax", top_negatives=None)
+    return dynamic_margin_triplet_pool_loss(
+        scores,
+        targets,
+        *args,
+        variant=variant,
+        negative_temperature=temperature,
+        reduction="softmax",
+        top_negatives=None,
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -148,9 +153,13 @@ def pool_loss(scores, targets, *args, variant="max", temperature=None):
 def test_pool_sum_is_eq1(seed, variant):
     """reduction="sum": Σ_i Σ_{j ∈ P_i, k ∈ N_i} l (PRIME Eq. 1), the default."""
     scores, targets = random_pool(seed)
-    expected = sum(reference_term(float(scores[i, j]), float(scores[i, k]), variant)
-                   for i in range(scores.shape[0]) for j in range(scores.shape[1]) for k in range(scores.shape[1])
-                   if targets[i, j] and not targets[i, k])
+    expected = sum(
+        reference_term(float(scores[i, j]), float(scores[i, k]), variant)
+        for i in range(scores.shape[0])
+        for j in range(scores.shape[1])
+        for k in range(scores.shape[1])
+        if targets[i, j] and not targets[i, k]
+    )
     got = dynamic_margin_triplet_pool_loss(scores, targets, variant=variant)
     assert got.item() == pytest.approx(expected, rel=1e-10, abs=1e-14)
 
@@ -202,9 +211,7 @@ def test_edge_cases_have_no_nan():
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(padded.grad).all()
     # With re-weighting, padding negatives never violate, so they get no weight: same value as without.
-    assert loss.item() == pytest.approx(
-        pool_loss(scores, targets, temperature=0.1).item(), rel=1e-12
-    )
+    assert loss.item() == pytest.approx(pool_loss(scores, targets, temperature=0.1).item(), rel=1e-12)
 
 
 def test_permutation_invariance():

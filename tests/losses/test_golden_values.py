@@ -10,14 +10,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xmcbench.losses import (decoupled_softmax_loss, dynamic_margin_triplet_pool_loss, psl_bidirectional_loss,
-                             psl_loss, soft_top_k_loss)
+from xmcbench.losses import (
+    decoupled_softmax_loss,
+    dynamic_margin_triplet_pool_loss,
+    psl_bidirectional_loss,
+    psl_loss,
+    soft_top_k_loss,
+)
 
 # Scores (already divided by τ) and targets shared by PSL and the decoupled softmax.
-S = torch.tensor([[2.0, 0.0, -1.0],
-                  [0.0, 1.0, 0.0]], dtype=torch.float64)
-Y = torch.tensor([[True, False, False],
-                  [True, True, False]])
+S = torch.tensor([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
+Y = torch.tensor([[True, False, False], [True, True, False]])
 
 
 def test_psl_q2l_sum_unidec_section_3_1():
@@ -48,10 +51,8 @@ def test_decoupled_softmax_dexml_eq_5():
 def test_soft_top_k_dexml_eq_6_and_the_released_normalisation():
     # k = 1.5, α = 2: for scores {1, 0, -1} the threshold is t = 0 by symmetry,
     # σ(2) + σ(0) + σ(-2) = 1.5; z = (0.880797, 0.5, 0.119203).
-    s = torch.tensor([[1.0, 0.0, -1.0],
-                      [-1.0, 0.0, 1.0]], dtype=torch.float64)
-    y = torch.tensor([[True, False, True],
-                      [False, True, False]])
+    s = torch.tensor([[1.0, 0.0, -1.0], [-1.0, 0.0, 1.0]], dtype=torch.float64)
+    y = torch.tensor([[True, False, True], [False, True, False]])
     # Eq. 6: -(1/L) Σ_p log z_p, L = 3; row 0: -(log σ(2) + log σ(-2))/3 = 0.751285; row 1: log 2 / 3 = 0.231049
     assert soft_top_k_loss(s, y, k=1.5, alpha=2.0).item() == pytest.approx(0.4911672004409818, abs=1e-8)
     # released code: divided by the number of (sampled) positives: row 0 /2, row 1 /1
@@ -65,10 +66,8 @@ def test_soft_top_k_dexml_eq_6_and_the_released_normalisation():
 
 # PRIME: row 0 has positive 0.5 and negatives 0.45 (gap 0.05: ambiguous) and 0.6 (gap -0.1: hard);
 # row 1 has positives 0.9 and 0.3 and the negative 0.5.
-P_SCORES = torch.tensor([[0.5, 0.45, 0.6],
-                         [0.5, 0.9, 0.3]], dtype=torch.float64)
-P_TARGETS = torch.tensor([[True, False, False],
-                          [False, True, True]])
+P_SCORES = torch.tensor([[0.5, 0.45, 0.6], [0.5, 0.9, 0.3]], dtype=torch.float64)
+P_TARGETS = torch.tensor([[True, False, False], [False, True, True]])
 
 
 def test_dynamic_margin_triplet_sum_prime_eq_1_and_13():

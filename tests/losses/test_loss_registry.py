@@ -69,9 +69,7 @@ def test_one_positive_draw_on_cuda_follows_a_cpu_generator():
     g = torch.Generator().manual_seed(2)
     scores = torch.randn(8, 12, generator=g)
     targets = torch.rand(8, 12, generator=g) < 0.4
-    cpu = losses.decoupled_softmax_loss(
-        scores, targets, one_positive=True, generator=torch.Generator().manual_seed(5)
-    )
+    cpu = losses.decoupled_softmax_loss(scores, targets, one_positive=True, generator=torch.Generator().manual_seed(5))
     gpu = losses.decoupled_softmax_loss(
         scores.cuda(), targets.cuda(), one_positive=True, generator=torch.Generator().manual_seed(5)
     )

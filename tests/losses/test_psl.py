@@ -54,9 +54,11 @@ def random_batch(seed: int, b: int = 6, p: int = 8):
 def test_directions_match_loop_references(seed, reduction):
     scores, targets = random_batch(seed)
     assert psl_loss(scores, targets, reduction).item() == pytest.approx(
-        reference_q2l(scores, targets, reduction), rel=1e-10)
+        reference_q2l(scores, targets, reduction), rel=1e-10
+    )
     assert psl_loss(scores.T, targets.T, reduction).item() == pytest.approx(
-        reference_l2q(scores, targets, reduction), rel=1e-10)
+        reference_l2q(scores, targets, reduction), rel=1e-10
+    )
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean"])

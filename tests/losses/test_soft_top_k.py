@@ -179,9 +179,7 @@ def test_two_column_shards_match_the_full_loss_and_gradient():
 
     def rank(r: int) -> None:
         a, b = cuts[r]
-        loss = soft_top_k_loss(
-            shards[r], y[:, a:b], k=3, alpha=2.0, sum_fn=sums.for_rank(r), max_fn=maxes.for_rank(r)
-        )
+        loss = soft_top_k_loss(shards[r], y[:, a:b], k=3, alpha=2.0, sum_fn=sums.for_rank(r), max_fn=maxes.for_rank(r))
         loss.backward()
         results[r] = loss.detach()
 

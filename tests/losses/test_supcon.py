@@ -23,8 +23,10 @@ def test_eq1_golden_2x2():
 def test_eq2_golden_3x3_one_cluster_pair():
     # clusters [0, 0, 1]: rows 0 and 1 have P = {0, 1}; row 2 has P = {2}
     s = torch.tensor([[1.0, 2.0, 0.0], [0.5, 0.0, 1.0], [2.0, 1.0, 3.0]], dtype=torch.float64)
+
     def lse(r):
         return math.log(sum(math.exp(v) for v in r))
+
     rows = s.tolist()
     r0 = -((rows[0][0] - lse(rows[0])) + (rows[0][1] - lse(rows[0]))) / 2
     r1 = -((rows[1][0] - lse(rows[1])) + (rows[1][1] - lse(rows[1]))) / 2

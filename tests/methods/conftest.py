@@ -14,9 +14,16 @@ def tiny_encoder_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-bert")
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # deterministic training
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )  # deterministic training
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
@@ -27,8 +34,16 @@ def tiny_recipe(tmp_path, tiny_encoder_dir):
     """Write a recipe on a small synthetic dataset with the tiny encoder; returns a loader."""
     from xmcbench.run import load_recipe
 
-    def make(method_yaml: str, *, epochs: int = 2, extra: str = "", labels: int = 60, train: int = 300,
-             test: int = 60, batch_size: int = 32):
+    def make(
+        method_yaml: str,
+        *,
+        epochs: int = 2,
+        extra: str = "",
+        labels: int = 60,
+        train: int = 300,
+        test: int = 60,
+        batch_size: int = 32,
+    ):
         path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*.yaml')))}.yaml"
         path.write_text(
             f"name: tiny\n"

@@ -1,4 +1,3 @@
-
 import numpy as np
 import pytest
 import torch
@@ -14,9 +13,11 @@ def run(recipe, tmp_path, **kw):
 
 @pytest.mark.parametrize("regime", ["hard_negatives", "all_negatives"])
 def test_dexml_trains_and_records_pool_accounting(tiny_recipe, tmp_path, regime):
-    recipe = tiny_recipe(f"{{name: dexml, regime: {regime}, hard_negatives: 2, shortlist_k: 10, refresh_every: 1, "
-                         f"hard_negative_start_epoch: 0, cluster_start_epoch: 1, cluster_size: 8, gradcache_chunk: 16, "
-                         f"temperature: 0.1}}")
+    recipe = tiny_recipe(
+        f"{{name: dexml, regime: {regime}, hard_negatives: 2, shortlist_k: 10, refresh_every: 1, "
+        f"hard_negative_start_epoch: 0, cluster_start_epoch: 1, cluster_size: 8, gradcache_chunk: 16, "
+        f"temperature: 0.1}}"
+    )
     result = run(recipe, tmp_path)
     acc = result.record["accounting"]
     assert result.record["status"] == "finished"
@@ -33,9 +34,13 @@ def test_dexml_trains_and_records_pool_accounting(tiny_recipe, tmp_path, regime)
 def test_dexml_beats_its_starting_point(tiny_recipe, tmp_path):
     """Training must move the model: a trained tiny encoder beats the same encoder untrained."""
     untrained = run(tiny_recipe("{name: dexml, regime: hard_negatives}", epochs=0), tmp_path / "a")
-    trained = run(tiny_recipe("{name: dexml, regime: hard_negatives, refresh_every: 1, hard_negative_start_epoch: 0, "
-                              "temperature: 0.1}",
-                              epochs=6), tmp_path / "b")
+    trained = run(
+        tiny_recipe(
+            "{name: dexml, regime: hard_negatives, refresh_every: 1, hard_negative_start_epoch: 0, temperature: 0.1}",
+            epochs=6,
+        ),
+        tmp_path / "b",
+    )
     assert trained.scores["P@1"] > untrained.scores["P@1"] + 10
 
 
@@ -73,16 +78,16 @@ def test_all_negatives_step_equals_plain_decoupled_softmax(tiny_recipe, tmp_path
 
 
 def test_interrupted_training_resumes_from_the_epoch_checkpoint(tiny_recipe, tmp_path, interrupt_then_resume):
-    recipe = tiny_recipe("{name: dexml, regime: hard_negatives, refresh_every: 1, hard_negative_start_epoch: 1}",
-                         epochs=3)
+    recipe = tiny_recipe(
+        "{name: dexml, regime: hard_negatives, refresh_every: 1, hard_negative_start_epoch: 1}", epochs=3
+    )
     result, _, steps = interrupt_then_resume(DexmlMethod, "_hard_negative_step", recipe, tmp_path)
     assert steps == 2 * 10  # only epochs 2 and 3 ran again
     assert result.record["accounting"]["steps"] == 3 * 10  # accounting covers the whole training
 
 
 def test_validation_split_never_touches_test(tiny_recipe, tmp_path):
-    recipe = tiny_recipe("{name: dexml, regime: hard_negatives}", epochs=1,
-                         extra="")
+    recipe = tiny_recipe("{name: dexml, regime: hard_negatives}", epochs=1, extra="")
     data = recipe.model_dump()
     data["training"]["validation_fraction"] = 0.2
     data["method"] = {"name": "dexml"}
@@ -106,8 +111,10 @@ def _method_state(recipe, tmp_path):
 
 def test_one_positive_counts_exactly_the_positive_placed_in_the_pool(tiny_recipe, tmp_path, monkeypatch):
     """Hard-negative regime: every row has exactly one counted positive, and it is a pool column."""
-    recipe = tiny_recipe("{name: dexml, regime: hard_negatives, one_positive: true, hard_negatives: 2, "
-                         "shortlist_k: 10, hard_negative_start_epoch: 0}")
+    recipe = tiny_recipe(
+        "{name: dexml, regime: hard_negatives, one_positive: true, hard_negatives: 2, "
+        "shortlist_k: 10, hard_negative_start_epoch: 0}"
+    )
     method, task, tokens, ctx, rows = _method_state(recipe, tmp_path)
     labels = task.train_labels
     assert np.diff(labels[rows].indptr).max() > 1  # several positives per query: the draw matters
@@ -122,8 +129,9 @@ def test_one_positive_counts_exactly_the_positive_placed_in_the_pool(tiny_recipe
     monkeypatch.setattr(DexmlMethod, "_scores_loss", spy)
     for step in range(3):
         batch = np.arange(32 * step, 32 * (step + 1))
-        _, pool = method._hard_negative_step(rows[batch], batch, labels, shortlist, tokens, ctx, epoch=0, step=step,
-                                             world=1, rank=0)
+        _, pool = method._hard_negative_step(
+            rows[batch], batch, labels, shortlist, tokens, ctx, epoch=0, step=step, world=1, rank=0
+        )
         counted, targets = seen["counted"], seen["targets"]
         assert counted.shape == targets.shape == (32, pool.size)
         assert counted.sum(dim=1).tolist() == [1] * 32  # one counted positive per row, in the pool
@@ -135,21 +143,27 @@ def test_one_positive_counts_exactly_the_positive_placed_in_the_pool(tiny_recipe
 
 def test_hard_negatives_start_at_the_configured_epoch(tiny_recipe, tmp_path):
     """Before hard_negative_start_epoch the pool holds only the batch's positives (in-batch negatives)."""
-    recipe = tiny_recipe("{name: dexml, regime: hard_negatives, hard_negatives: 2, shortlist_k: 10, "
-                         "hard_negative_start_epoch: 5}")
+    recipe = tiny_recipe(
+        "{name: dexml, regime: hard_negatives, hard_negatives: 2, shortlist_k: 10, hard_negative_start_epoch: 5}"
+    )
     method, task, tokens, ctx, rows = _method_state(recipe, tmp_path)
     shortlist = np.random.default_rng(0).integers(0, task.n_labels, size=(rows.size, 10))
     batch = np.arange(32)
-    _, early = method._hard_negative_step(rows[batch], batch, task.train_labels, shortlist, tokens, ctx, epoch=4,
-                                          step=0, world=1, rank=0)
-    _, late = method._hard_negative_step(rows[batch], batch, task.train_labels, shortlist, tokens, ctx, epoch=5,
-                                         step=0, world=1, rank=0)
+    _, early = method._hard_negative_step(
+        rows[batch], batch, task.train_labels, shortlist, tokens, ctx, epoch=4, step=0, world=1, rank=0
+    )
+    _, late = method._hard_negative_step(
+        rows[batch], batch, task.train_labels, shortlist, tokens, ctx, epoch=5, step=0, world=1, rank=0
+    )
     assert early.hard_negatives.sum() == 0 and late.hard_negatives.tolist() == [2] * 32
 
 
 def test_soft_top_k_released_variant_trains(tiny_recipe, tmp_path):
-    recipe = tiny_recipe("{name: dexml, regime: all_negatives, loss: soft_top_k, soft_top_k: 5, "
-                         "soft_top_k_variant: released, gradcache_chunk: 16, batching: random}", epochs=1)
+    recipe = tiny_recipe(
+        "{name: dexml, regime: all_negatives, loss: soft_top_k, soft_top_k: 5, "
+        "soft_top_k_variant: released, gradcache_chunk: 16, batching: random}",
+        epochs=1,
+    )
     result = run(recipe, tmp_path)
     assert result.record["status"] == "finished"
     assert result.record["accounting"]["soft_top_k_variant"] == "released"

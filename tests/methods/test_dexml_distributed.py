@@ -17,24 +17,50 @@ from xmcbench.run import load_record, run_recipe
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("regime,loss", [("all_negatives", "decoupled_softmax"), ("hard_negatives", "decoupled_softmax"),
-                                         ("all_negatives", "soft_top_k"), ("hard_negatives", "soft_top_k")])
+@pytest.mark.parametrize(
+    "regime,loss",
+    [
+        ("all_negatives", "decoupled_softmax"),
+        ("hard_negatives", "decoupled_softmax"),
+        ("all_negatives", "soft_top_k"),
+        ("hard_negatives", "soft_top_k"),
+    ],
+)
 def test_two_process_run_matches_one_process(tiny_recipe, tmp_path, regime, loss):
     # 300 queries in batches of 30: no ragged last batch, which several ranks would drop.
     # SoftTop-k runs the released variant (≤ k sampled positives, divided by the number sampled).
-    recipe = tiny_recipe(f"{{name: dexml, regime: {regime}, loss: {loss}, dropout: 0.0, gradcache_chunk: 16, "
-                         "temperature: 0.1, batching: random, one_positive: true, hard_negatives: 2, shortlist_k: 10, "
-                         "hard_negative_start_epoch: 0, soft_top_k_variant: released, positives_per_query: 2}",
-                         epochs=1, batch_size=30)
+    recipe = tiny_recipe(
+        f"{{name: dexml, regime: {regime}, loss: {loss}, dropout: 0.0, gradcache_chunk: 16, "
+        "temperature: 0.1, batching: random, one_positive: true, hard_negatives: 2, shortlist_k: 10, "
+        "hard_negative_start_epoch: 0, soft_top_k_variant: released, positives_per_query: 2}",
+        epochs=1,
+        batch_size=30,
+    )
     path = sorted(tmp_path.glob("recipe-*.yaml"))[-1]
     single = run_recipe(recipe, runs_dir=tmp_path / "one", db=tmp_path / "one.duckdb", progress=False)
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--nnodes", "1",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
-        "-m", "xmcbench", "run", str(path), "--quiet",
-        "--runs-dir", str(tmp_path / "two"), "--db", str(tmp_path / "two.duckdb"),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--nnodes",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:0",
+        "-m",
+        "xmcbench",
+        "run",
+        str(path),
+        "--quiet",
+        "--runs-dir",
+        str(tmp_path / "two"),
+        "--db",
+        str(tmp_path / "two.duckdb"),
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -15,9 +15,11 @@ def run(recipe, tmp_path, **kw):
 
 
 def lmtx(tiny_recipe, *, cycles=2, extra="", epochs=2):
-    return tiny_recipe(f"{{name: lmtx, judge: {FAKE}, shortlist_j: 5, dev_docs: 40, train_docs: 150, "
-                       f"max_cycles: {cycles}, epochs_per_cycle: {epochs}{extra}}}",
-                       extra="supervision: {mode: zero_shot}\n")
+    return tiny_recipe(
+        f"{{name: lmtx, judge: {FAKE}, shortlist_j: 5, dev_docs: 40, train_docs: 150, "
+        f"max_cycles: {cycles}, epochs_per_cycle: {epochs}{extra}}}",
+        extra="supervision: {mode: zero_shot}\n",
+    )
 
 
 def test_lmtx_runs_zero_shot_and_records_the_judge(tiny_recipe, tmp_path):

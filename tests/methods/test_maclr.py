@@ -11,8 +11,10 @@ from xmcbench.methods.maclr import MaclrMethod, binarise, ict_pairs, tfidf_topk
 from xmcbench.recipe import RecipeError
 from xmcbench.run import run_recipe
 
-TINY = ("{name: maclr, stage1_steps: 4, k0: 4, t_k: 1, t_update: 1, label_negatives: 8, stage2_steps: 2, "
-        "projection_dim: 8, temperature: 0.1, finetune_steps: 3, finetune_lr: 0.001, encode_batch_size: 64}")
+TINY = (
+    "{name: maclr, stage1_steps: 4, k0: 4, t_k: 1, t_update: 1, label_negatives: 8, stage2_steps: 2, "
+    "projection_dim: 8, temperature: 0.1, finetune_steps: 3, finetune_lr: 0.001, encode_batch_size: 64}"
+)
 
 
 def test_zero_shot_run_never_hands_fit_a_label_array(tiny_recipe, tmp_path, monkeypatch):
@@ -33,8 +35,13 @@ def test_zero_shot_run_never_hands_fit_a_label_array(tiny_recipe, tmp_path, monk
     rec = result.record
     assert rec["status"] == "finished" and rec["task"]["supervision"] == "zero_shot"
     acc = rec["accounting"]
-    assert acc["supervision"] == {"mode": "zero_shot", "label_fraction": None, "labels_sampled": None,
-                                  "train_pairs": 0, "train_queries_with_labels": 0}
+    assert acc["supervision"] == {
+        "mode": "zero_shot",
+        "label_fraction": None,
+        "labels_sampled": None,
+        "train_pairs": 0,
+        "train_queries_with_labels": 0,
+    }
     assert acc["stage1_steps"] == 4 and acc["stage2_steps"] == 2 and acc["stage2_pseudo_pairs"] > 0
     assert acc["cluster_refreshes"] == [[1, 8]]  # K0 = 4 doubles every step; refreshed once in the first half
     assert "finetune_pairs" not in acc
@@ -51,8 +58,14 @@ def test_few_shot_records_sampled_labels_and_pairs(tiny_recipe, tmp_path):
 
 
 def test_ict_pairs_drop_instances_without_title_or_body():
-    task = TrainTask("t", train_texts=["a b", "c", "d e"], label_texts=["x"], train_labels=None,
-                     train_titles=["a", "", "d"], train_contents=["b", "c", "e"])
+    task = TrainTask(
+        "t",
+        train_texts=["a b", "c", "d e"],
+        label_texts=["x"],
+        train_labels=None,
+        train_titles=["a", "", "d"],
+        train_contents=["b", "c", "e"],
+    )
     contexts, titles = ict_pairs(task, 1.0, np.random.default_rng(0))
     assert contexts == ["b", "e"] and titles == ["a", "d"]
     kept, _ = ict_pairs(task, 0.0, np.random.default_rng(0))  # never removed: the title stays in the context
@@ -66,9 +79,12 @@ def test_tfidf_view_finds_word_overlap():
     assert binarise(top).toarray().tolist() == [[1, 0, 0], [0, 1, 0]]
 
 
-@pytest.mark.parametrize("extra, key, words", [
-    ("supervision: {mode: zero_shot}\n", "method.k0", "more than the 300"),
-])
+@pytest.mark.parametrize(
+    "extra, key, words",
+    [
+        ("supervision: {mode: zero_shot}\n", "method.k0", "more than the 300"),
+    ],
+)
 def test_k0_above_instances_is_refused_at_validation(tiny_recipe, extra, key, words):
     with pytest.raises(RecipeError) as err:
         tiny_recipe(TINY.replace("k0: 4", "k0: 301"), extra=extra)
@@ -83,8 +99,10 @@ def test_zero_shot_on_a_dataset_without_titles_is_refused(tmp_path):
     with pytest.raises(RecipeError) as err:
         load_recipe(path)
     assert "needs instance titles" in str(err.value) and "pretrain: false" in str(err.value)
-    path.write_text("name: x\ndataset: {name: EURLex-4K}\nsupervision: {mode: few_shot, label_fraction: 0.05}\n"
-                    "method: {name: maclr, pretrain: false, k0: 8}\n")
+    path.write_text(
+        "name: x\ndataset: {name: EURLex-4K}\nsupervision: {mode: few_shot, label_fraction: 0.05}\n"
+        "method: {name: maclr, pretrain: false, k0: 8}\n"
+    )
     assert load_recipe(path).method.name == "maclr"  # the named switch works
 
 
@@ -113,12 +131,24 @@ def test_paper_recipe_runs_on_a_local_copy_and_shows_next_to_the_paper(tiny_enco
     (raw / "Yf.txt").write_text("".join(f"{i}->{n}\n" for i, n in enumerate(names)))
 
     repo = Path(__file__).resolve().parents[2]
-    recipe = load_recipe(repo / "recipes/maclr/lf-wikipedia-500k-zero-shot.yaml", [
-        f"encoder.name={tiny_encoder_dir}", "encoder.max_length=16", "encoder.label_max_length=8",
-        "method.stage1_steps=2", "method.stage2_steps=1", "method.k0=4", "method.t_k=1", "method.t_update=1",
-        "method.label_negatives=4", "method.projection_dim=8", "training.batch_size=16",
-        "evaluation.bootstrap=0", "hardware.devices=cpu",
-    ])
+    recipe = load_recipe(
+        repo / "recipes/maclr/lf-wikipedia-500k-zero-shot.yaml",
+        [
+            f"encoder.name={tiny_encoder_dir}",
+            "encoder.max_length=16",
+            "encoder.label_max_length=8",
+            "method.stage1_steps=2",
+            "method.stage2_steps=1",
+            "method.k0=4",
+            "method.t_k=1",
+            "method.t_update=1",
+            "method.label_negatives=4",
+            "method.projection_dim=8",
+            "training.batch_size=16",
+            "evaluation.bootstrap=0",
+            "hardware.devices=cpu",
+        ],
+    )
     result = run_recipe(recipe, progress=False)
     assert result.record["status"] == "finished" and result.record["model"]["method"] == "maclr"
 

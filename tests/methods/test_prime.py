@@ -1,4 +1,3 @@
-
 import numpy as np
 import pytest
 import torch
@@ -21,8 +20,9 @@ from xmcbench.methods.prime import (
 from xmcbench.run import run_recipe
 from xmcbench.run.phases import build_train_task, ensure_dataset
 
-PRIME = ("{name: prime, free_vectors: 16, prototype_ffn: 64, cluster_start_epoch: 1, cluster_size: 8, "
-         "recluster_every: 1%s}")
+PRIME = (
+    "{name: prime, free_vectors: 16, prototype_ffn: 64, cluster_start_epoch: 1, cluster_size: 8, recluster_every: 1%s}"
+)
 
 
 def run(recipe, tmp_path, **kw):
@@ -98,12 +98,14 @@ def test_centroid_update_is_eq4_per_query_label_pair_in_batch_order():
     met, _ = centroid_momentum_update(c, h, rows, labels, alpha=0.5)
     assert met.tolist() == [0, 1, 2]  # only the labels met are touched
     out = apply_update(c, h, rows, labels, alpha=0.5)
-    expected = torch.stack([
-        0.5 * c[0] + 0.5 * h[0],
-        0.125 * c[1] + 0.125 * h[0] + 0.25 * h[1] + 0.5 * h[2],  # Eq. 4 three times: q0, then q1, then q2
-        0.5 * c[2] + 0.5 * h[2],
-        c[3],
-    ])
+    expected = torch.stack(
+        [
+            0.5 * c[0] + 0.5 * h[0],
+            0.125 * c[1] + 0.125 * h[0] + 0.25 * h[1] + 0.5 * h[2],  # Eq. 4 three times: q0, then q1, then q2
+            0.5 * c[2] + 0.5 * h[2],
+            c[3],
+        ]
+    )
     torch.testing.assert_close(out, expected)
     assert torch.equal(c[1], torch.tensor([0.0, 1.0]))  # the input is not modified
 

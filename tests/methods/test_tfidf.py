@@ -19,8 +19,12 @@ def test_ranks_the_obvious_label_first(tmp_path):
     method = fitted(tmp_path)
     pred = method.predict(QUERIES, 2, RunContext(run_dir=tmp_path, progress=False))
     assert pred.shape == (4, 4)
-    top = [int(pred.indices[pred.indptr[i]:pred.indptr[i + 1]][np.argmax(pred.data[pred.indptr[i]:pred.indptr[i + 1]])])
-           for i in range(3)]
+    top = [
+        int(
+            pred.indices[pred.indptr[i] : pred.indptr[i + 1]][np.argmax(pred.data[pred.indptr[i] : pred.indptr[i + 1]])]
+        )
+        for i in range(3)
+    ]
     assert top == [0, 2, 3]
     assert pred.getrow(3).nnz == 0  # no shared vocabulary: no prediction rather than a random one
 

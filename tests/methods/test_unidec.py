@@ -11,8 +11,10 @@ from xmcbench.methods.unidec import UnidecConfig, UnidecMethod
 from xmcbench.run import recipe_from_dict, run_recipe
 from xmcbench.run.phases import build_train_task, ensure_dataset
 
-FAST = ("{name: unidec, dim: 16, positives_per_query: 2, hard_negatives: 2, refresh_every: 1, "
-        "cluster_start_epoch: 1, cluster_size: 8, temperature: 0.1, classifier_lr: 0.01}")
+FAST = (
+    "{name: unidec, dim: 16, positives_per_query: 2, hard_negatives: 2, refresh_every: 1, "
+    "cluster_start_epoch: 1, cluster_size: 8, temperature: 0.1, classifier_lr: 0.01}"
+)
 
 
 def run(recipe, tmp_path, **kw):
@@ -105,14 +107,17 @@ def test_trains_end_to_end_and_records_accounting(trained):
     assert rec["model"]["params_trainable"] > 60 * 16 + 2 * (32 * 16 + 16)
     model_dir = result.run_dir / "checkpoints" / "model"
     assert {"encoder", "heads.safetensors", "label_de.npy", "label_clf.npy", "unidec.json"} <= {
-        p.name for p in model_dir.iterdir()}
+        p.name for p in model_dir.iterdir()
+    }
     assert (result.run_dir / "checkpoints" / "train" / "latest").exists()
 
 
 def test_method_loss_equals_unidec_loss_by_hand(tiny_recipe, tmp_path):
     """The step's loss is λ L_D + (1-λ) L_C of the paper, recomputed with loops from raw texts."""
-    recipe = tiny_recipe("{name: unidec, dim: 16, positives_per_query: 2, hard_negatives: 3, temperature: 0.2, "
-                         "lambda_de: 0.3, lambda_de_q2l: 0.6, lambda_clf_q2l: 0.4}")
+    recipe = tiny_recipe(
+        "{name: unidec, dim: 16, positives_per_query: 2, hard_negatives: 3, temperature: 0.2, "
+        "lambda_de: 0.3, lambda_de_q2l: 0.6, lambda_clf_q2l: 0.4}"
+    )
     method, task, tokens, ctx = setup_method_state(recipe, tmp_path)
     labels = task.train_labels
     rows = de.labelled_rows(labels)[:12]
@@ -126,9 +131,11 @@ def test_method_loss_equals_unidec_loss_by_hand(tiny_recipe, tmp_path):
         # By hand: embed the raw texts (not the token caches), build scores and targets from the
         # label matrix, and apply the paper's equations with loops.
         m = method.model
+
         def phi(texts):
             batch = m.encoder.tokenize(texts)
             return m.encoder(batch["input_ids"], batch["attention_mask"])
+
         q = phi([task.train_texts[i] for i in rows])
         z = phi([task.label_texts[j] for j in pool.labels])
         q_de = torch.tanh(q @ m.de_head[0].weight.T + m.de_head[0].bias)
@@ -211,8 +218,9 @@ def test_inference_modes_save_load_and_concat_by_hand(trained, tmp_path):
         np.testing.assert_allclose(again.data, preds[mode].data, rtol=1e-6)
 
 
-def test_interrupted_training_resumes_onto_the_same_trajectory(trained, tiny_encoder_dir, tmp_path,
-                                                              interrupt_then_resume):
+def test_interrupted_training_resumes_onto_the_same_trajectory(
+    trained, tiny_encoder_dir, tmp_path, interrupt_then_resume
+):
     """Interrupted in epoch 2, resumed: only epoch 2 runs again and the model equals the uninterrupted one."""
     reference_recipe, reference = trained
     recipe = write_recipe(tmp_path, tiny_encoder_dir, FAST, epochs=2)
@@ -221,8 +229,11 @@ def test_interrupted_training_resumes_onto_the_same_trajectory(trained, tiny_enc
     assert steps == 16  # only epoch 2 ran again
     assert result.record["accounting"]["steps"] == 2 * 16  # pool accounting survives the resume
     for name in ("label_de.npy", "label_clf.npy"):
-        np.testing.assert_allclose(np.load(run_dir / "checkpoints" / "model" / name),
-                                   np.load(reference.run_dir / "checkpoints" / "model" / name), atol=1e-5)
+        np.testing.assert_allclose(
+            np.load(run_dir / "checkpoints" / "model" / name),
+            np.load(reference.run_dir / "checkpoints" / "model" / name),
+            atol=1e-5,
+        )
 
 
 def test_validation_split_selects_the_model_on_training_rows(tiny_recipe, tmp_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xmcbench.metrics import evaluate, evaluate_with_ci, paired_bootstrap
 from xmcbench.metrics import bootstrap as bs
+from xmcbench.metrics import evaluate, evaluate_with_ci, paired_bootstrap
 
 
 def test_ci_contains_point_estimate_and_is_deterministic(ref):

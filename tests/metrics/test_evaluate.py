@@ -18,7 +18,16 @@ def test_default_names_and_order(problem):
     assert list(got) == ["P@1", "P@3", "P@5", "nDCG@1", "nDCG@3", "nDCG@5", "R@1", "R@3", "R@5"]
     with_ps = evaluate(problem.predictions, problem.truth, k=(1, 3), inv_propensity=problem.inv_propensity)
     assert list(with_ps) == [
-        "P@1", "P@3", "nDCG@1", "nDCG@3", "PSP@1", "PSP@3", "PSnDCG@1", "PSnDCG@3", "R@1", "R@3",
+        "P@1",
+        "P@3",
+        "nDCG@1",
+        "nDCG@3",
+        "PSP@1",
+        "PSP@3",
+        "PSnDCG@1",
+        "PSnDCG@3",
+        "R@1",
+        "R@3",
     ]
     assert all(0.0 <= v <= 100.0 for v in with_ps.values())
     assert all(isinstance(v, float) for v in with_ps.values())
@@ -50,8 +59,16 @@ def test_percent_scale_and_perfect_predictions():
     perfect = truth.multiply(w[None, :]).tocsr()  # true labels only, by descending weight
     got = evaluate(perfect, truth, k=(1, 2), inv_propensity=w)
     assert got == {
-        "P@1": 100.0, "P@2": 75.0, "nDCG@1": 100.0, "nDCG@2": 100.0, "PSP@1": 100.0, "PSP@2": 100.0,
-        "PSnDCG@1": 100.0, "PSnDCG@2": 100.0, "R@1": 75.0, "R@2": 100.0,
+        "P@1": 100.0,
+        "P@2": 75.0,
+        "nDCG@1": 100.0,
+        "nDCG@2": 100.0,
+        "PSP@1": 100.0,
+        "PSP@2": 100.0,
+        "PSnDCG@1": 100.0,
+        "PSnDCG@2": 100.0,
+        "R@1": 75.0,
+        "R@2": 100.0,
     }
 
 
@@ -73,9 +90,7 @@ def test_empty_inputs():
     assert evaluate(empty, empty, k=1) == {"P@1": 0.0, "nDCG@1": 0.0, "R@1": 0.0}
     no_preds = sp.csr_matrix((2, 4), dtype=np.float32)
     truth = sp.csr_matrix(np.eye(2, 4, dtype=np.float32))
-    assert evaluate(no_preds, truth, k=(1, 5)) == dict.fromkeys(
-        ["P@1", "P@5", "nDCG@1", "nDCG@5", "R@1", "R@5"], 0.0
-    )
+    assert evaluate(no_preds, truth, k=(1, 5)) == dict.fromkeys(["P@1", "P@5", "nDCG@1", "nDCG@5", "R@1", "R@5"], 0.0)
 
 
 def test_metadata():

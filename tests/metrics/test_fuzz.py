@@ -107,8 +107,9 @@ def test_evaluate_is_right_or_raises_xmcbench_error(data):
     truth = data.draw(raw_csr(*truth_shape, st.sampled_from([1.0, 1.0, 0.0, 2.0, math.nan, math.inf])))
     ks = tuple(data.draw(st.lists(st.sampled_from([1, 2, 3, 7, 10**9]), min_size=1, max_size=3, unique=True)))
     try:
-        got = evaluate(as_matrix((n, n_labels), pred, np.float32), as_matrix(truth_shape, truth, np.float32),
-                       k=ks, metrics=["P"])
+        got = evaluate(
+            as_matrix((n, n_labels), pred, np.float32), as_matrix(truth_shape, truth, np.float32), k=ks, metrics=["P"]
+        )
     except XmcbenchError as exc:
         expected = None if truth_shape != (n, n_labels) else reference_precision((n, n_labels), pred, truth, ks)
         assert expected is None, f"valid input refused: {exc}"

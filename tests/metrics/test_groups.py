@@ -31,9 +31,7 @@ def _problem():
     # labels 0, 1 head (200 training rows), 2, 3 tail (2 training rows)
     train = _train_with_counts([200, 200, 2, 2])
     truth = sp.csr_matrix(np.array([[1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 1]], dtype=np.float32))
-    pred = sp.csr_matrix(
-        np.array([[0.9, 0.8, 0.7, 0.0], [0.2, 0.9, 0.0, 0.1], [0.9, 0.0, 0.5, 0.4]], dtype=np.float32)
-    )
+    pred = sp.csr_matrix(np.array([[0.9, 0.8, 0.7, 0.0], [0.2, 0.9, 0.0, 0.1], [0.9, 0.0, 0.5, 0.4]], dtype=np.float32))
     return pred, truth, train
 
 

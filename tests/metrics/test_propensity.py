@@ -33,9 +33,7 @@ def test_matches_napkinxc(A, B):
 
     rng = np.random.default_rng(0)
     train = sp.csr_matrix((rng.random((500, 80)) < rng.random(80) ** 2).astype(np.float64))
-    np.testing.assert_allclose(
-        inv_propensity(train, A, B), nm.Jain_et_al_inverse_propensity(train, A, B), rtol=1e-13
-    )
+    np.testing.assert_allclose(inv_propensity(train, A, B), nm.Jain_et_al_inverse_propensity(train, A, B), rtol=1e-13)
 
 
 def test_training_labels_are_binarised():

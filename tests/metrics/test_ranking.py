@@ -34,9 +34,7 @@ def test_stored_zero_and_negative_scores_are_predictions():
 
 
 def test_negative_zero_ties_with_zero():
-    scores = sp.csr_matrix(
-        (np.array([-0.0, 0.0], dtype=np.float32), np.array([3, 1]), np.array([0, 2])), shape=(1, 4)
-    )
+    scores = sp.csr_matrix((np.array([-0.0, 0.0], dtype=np.float32), np.array([3, 1]), np.array([0, 2])), shape=(1, 4))
     assert top_k(scores, 2).tolist() == [[1, 3]]
 
 

@@ -46,8 +46,18 @@ TRUTH = sp.csr_matrix(np.eye(3, 5, dtype=np.float32))
         (sp.csr_matrix(np.array([[1, 0, 0, 0, 0]] * 3, dtype=np.complex64)), r"values have type complex64"),
         (sp.coo_matrix((np.ones(2), (np.array([0, 0]), np.array([1, 1]))), shape=(3, 5)), r"stored twice"),
     ],
-    ids=["negative-id", "id-too-large", "indptr-decreasing", "indptr-start", "indptr-end", "indptr-length",
-         "data-length", "nan-score", "complex", "coo-repeat"],
+    ids=[
+        "negative-id",
+        "id-too-large",
+        "indptr-decreasing",
+        "indptr-start",
+        "indptr-end",
+        "indptr-length",
+        "data-length",
+        "nan-score",
+        "complex",
+        "coo-repeat",
+    ],
 )
 def test_corrupt_predictions_raise_one_clear_error(matrix, message):
     with pytest.raises(XmcbenchError, match=message) as info:
@@ -85,8 +95,19 @@ def test_infinite_scores_stay_valid_and_rank_at_the_ends():
     assert got == {"P@1": pytest.approx(100 / 3), "R@1": pytest.approx(100 / 3), "R@2": pytest.approx(200 / 3)}
 
 
-@pytest.mark.parametrize("a, b", [(math.nan, 1.5), (0.55, math.inf), (math.inf, 1.5), (0.55, -math.inf),
-                                  (1e308, 1.5), (1000.0, 1e300), ("x", 1.5), (0.55, -2.0)])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (math.nan, 1.5),
+        (0.55, math.inf),
+        (math.inf, 1.5),
+        (0.55, -math.inf),
+        (1e308, 1.5),
+        (1000.0, 1e300),
+        ("x", 1.5),
+        (0.55, -2.0),
+    ],
+)
 def test_bad_propensity_parameters_are_refused(a, b):
     with pytest.raises(XmcbenchError, match="propensity"):
         inv_propensity(TRUTH, a, b)
@@ -110,8 +131,11 @@ def test_huge_k_is_exact_and_bounded_by_the_number_of_labels():
     for family in ("nDCG", "R", "PSP", "PSnDCG"):  # normalised by the best possible: constant past L
         assert got[f"{family}@{huge}"] == pytest.approx(at_l[f"{family}@6"])
     assert got[f"P@{huge}"] == pytest.approx(at_l["P@6"] * 6 / huge)  # the denominator is k
-    assert set(evaluate_with_ci(pred, truth, k=10**30, n_boot=5)) == {"P@" + str(10**30), "nDCG@" + str(10**30),
-                                                                      "R@" + str(10**30)}
+    assert set(evaluate_with_ci(pred, truth, k=10**30, n_boot=5)) == {
+        "P@" + str(10**30),
+        "nDCG@" + str(10**30),
+        "R@" + str(10**30),
+    }
     assert set(paired_bootstrap(pred, pred, truth, k=huge, n_boot=5)) == {f"P@{huge}", f"nDCG@{huge}", f"R@{huge}"}
 
 

@@ -34,8 +34,12 @@ method: {name: tfidf}
 
 
 def test_unknown_keys_are_all_reported_with_hints(tmp_path):
-    path = write(tmp_path, "r.yaml", BASE.replace("method: {name: tfidf}\n", "")
-                 + "training: {epochz: 3, batch_size: 8}\nevaluaton: {k: [1]}\nmethod: {name: tfidf, ngram_maxx: 2}\n")
+    path = write(
+        tmp_path,
+        "r.yaml",
+        BASE.replace("method: {name: tfidf}\n", "")
+        + "training: {epochz: 3, batch_size: 8}\nevaluaton: {k: [1]}\nmethod: {name: tfidf, ngram_maxx: 2}\n",
+    )
     recipe, problems = check_recipe(path)
     assert recipe is None
     by_key = {p.key: p for p in problems}
@@ -95,7 +99,9 @@ def test_supervision_rules(tmp_path):
 
 
 def test_unknown_dataset_without_synthetic_spec(tmp_path):
-    _, problems = check_recipe(write(tmp_path, "r.yaml", "name: t\ndataset: {name: lf-amazontitle-131k}\nmethod: {name: tfidf}\n"))
+    _, problems = check_recipe(
+        write(tmp_path, "r.yaml", "name: t\ndataset: {name: lf-amazontitle-131k}\nmethod: {name: tfidf}\n")
+    )
     assert problems[0].key == "dataset.name"
     assert "LF-AmazonTitles-131K" in problems[0].message
 
@@ -108,7 +114,10 @@ def test_resolved_recipe_fills_method_defaults(tmp_path):
 
 
 def test_dataset_problem_reported_alongside_key_problems(tmp_path):
-    path = write(tmp_path, "r.yaml", "name: t\ndataset: {name: lf-amazontitle-131k}\nmethod: {name: tfidf}\n"
-                 "training: {epoch: 2}\n")
+    path = write(
+        tmp_path,
+        "r.yaml",
+        "name: t\ndataset: {name: lf-amazontitle-131k}\nmethod: {name: tfidf}\ntraining: {epoch: 2}\n",
+    )
     _, problems = check_recipe(path)
     assert {p.key for p in problems} == {"training.epoch", "dataset.name"}

@@ -92,9 +92,28 @@ yaml_values = st.recursive(
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.dictionaries(st.sampled_from(["name", "dataset", "method", "training", "evaluation", "supervision",
-                                             "hardware", "output", "expect", "encoder", "junk", "include"]),
-                            yaml_values, max_size=8))
+@given(
+    data=st.dictionaries(
+        st.sampled_from(
+            [
+                "name",
+                "dataset",
+                "method",
+                "training",
+                "evaluation",
+                "supervision",
+                "hardware",
+                "output",
+                "expect",
+                "encoder",
+                "junk",
+                "include",
+            ]
+        ),
+        yaml_values,
+        max_size=8,
+    )
+)
 def test_any_mapping_is_a_recipe_or_a_list_of_problems(tmp_path, data):
     """Fuzz: whatever the sections hold, validation answers with problems, never an exception."""
     import yaml

@@ -18,30 +18,65 @@ def run_record(run_id: str, method: str, scores: dict[str, float], minute: int =
     """A finished run of ``method`` created ``minute`` minutes after a fixed time."""
     record = new_record(
         run_id,
-        task={"dataset": DATASET, "dataset_version": "abc123", "split": "test", "n_queries": 1000,
-              "n_queries_evaluated": 1000, "n_labels": 500, "propensity_a": 0.6, "propensity_b": 2.6,
-              "filter": "filter_labels_test.txt", "supervision": "full", **task},
+        task={
+            "dataset": DATASET,
+            "dataset_version": "abc123",
+            "split": "test",
+            "n_queries": 1000,
+            "n_queries_evaluated": 1000,
+            "n_labels": 500,
+            "propensity_a": 0.6,
+            "propensity_b": 2.6,
+            "filter": "filter_labels_test.txt",
+            "supervision": "full",
+            **task,
+        },
         model={"method": method, "encoder": "all-MiniLM-L6-v2" if method != "tfidf" else None},
     )
     record["created_at"] = (datetime(2026, 1, 1) + timedelta(minutes=minute)).isoformat() + "+00:00"
     record["status"] = "finished"
     record["scores"] = [{"name": n, "value": v, "ci_lo": v - 0.5, "ci_hi": v + 0.5} for n, v in scores.items()]
     record["compute"] = (
-        {"device_type": "cuda", "device_names": ["NVIDIA H100 80GB HBM3"] * gpus, "device_count": gpus, "gpu_hours": 0.5 * gpus}
-        if gpus else {"device_type": "cpu", "device_names": ["cpu"], "device_count": 1, "gpu_hours": 0.0}
+        {
+            "device_type": "cuda",
+            "device_names": ["NVIDIA H100 80GB HBM3"] * gpus,
+            "device_count": gpus,
+            "gpu_hours": 0.5 * gpus,
+        }
+        if gpus
+        else {"device_type": "cpu", "device_names": ["cpu"], "device_count": 1, "gpu_hours": 0.0}
     )
     record["accounting"] = {"batch_size": 256, "pool_size_mean": 2560.0, "pool_size_max": 2600} if gpus else {}
     return record
 
 
-def ref(paper: str, table: str, method: str, metrics: dict, setting: str = "full", dataset: str = DATASET, **extra) -> ReferenceRow:
-    return ReferenceRow(paper=paper, table=table, dataset=dataset, method=method, printed_name=extra.pop("printed_name", method),
-                        setting=setting, metrics=metrics, **extra)
+def ref(
+    paper: str, table: str, method: str, metrics: dict, setting: str = "full", dataset: str = DATASET, **extra
+) -> ReferenceRow:
+    return ReferenceRow(
+        paper=paper,
+        table=table,
+        dataset=dataset,
+        method=method,
+        printed_name=extra.pop("printed_name", method),
+        setting=setting,
+        metrics=metrics,
+        **extra,
+    )
 
 
 REFERENCES = [
-    ref("dexml", "Table 2", "DEXML", {"P@1": 42.5, "P@5": 20.6, "PSP@1": 35.0},
-        batch_size=2048, label_pool=131073, gpus=16, gpu_type="A100", train_time_hours=3.0),
+    ref(
+        "dexml",
+        "Table 2",
+        "DEXML",
+        {"P@1": 42.5, "P@5": 20.6, "PSP@1": 35.0},
+        batch_size=2048,
+        label_pool=131073,
+        gpus=16,
+        gpu_type="A100",
+        train_time_hours=3.0,
+    ),
     ref("dexml", "Table 2", "DEXML", {"P@1": 43.9}, variant="SoftTop-5", printed_name="SoftTop-5 DEXML"),
     ref("unidec", "Table 3", "DEXML", {"P@1": 42.0, "P@5": 20.0}),
     ref("unidec", "Table 3", "NGAME", {"P@1": 46.0, "P@5": 21.5, "PSP@1": 38.0}),
@@ -65,8 +100,12 @@ def template_db(tmp_path_factory):
     """
     path = tmp_path_factory.mktemp("report") / "results.duckdb"
     with Store.open(path) as store:
-        store.ingest_record(run_record("r-dexml-best", "dexml", {"P@1": 44.0, "P@5": 21.0, "PSP@1": 34.0}, minute=0, gpus=2), None)
-        store.ingest_record(run_record("r-dexml-new", "dexml", {"P@1": 43.0, "P@5": 21.5, "PSP@1": 36.0}, minute=10, gpus=2), None)
+        store.ingest_record(
+            run_record("r-dexml-best", "dexml", {"P@1": 44.0, "P@5": 21.0, "PSP@1": 34.0}, minute=0, gpus=2), None
+        )
+        store.ingest_record(
+            run_record("r-dexml-new", "dexml", {"P@1": 43.0, "P@5": 21.5, "PSP@1": 36.0}, minute=10, gpus=2), None
+        )
         store.ingest_record(run_record("r-tfidf", "tfidf", {"P@1": 30.0, "P@5": 15.0, "PSP@1": 25.0}, minute=5), None)
         failed = run_record("r-failed", "dexml", {"P@1": 99.0}, minute=20)
         failed["status"] = "failed"

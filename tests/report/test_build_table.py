@@ -29,8 +29,13 @@ def test_rows_best_run_per_method_and_published_rows(store):
         ("unidec:Table 3", "NGAME", "full"),
     ]  # not the row on another copy of the dataset, nor another dataset's
     assert "1 published rows on another copy of the dataset are not shown" in table.notes
-    assert table.setting == {"split": "test", "dataset_version": "abc123", "propensity_a": 0.6, "propensity_b": 2.6,
-                             "filter": "filter_labels_test.txt"}
+    assert table.setting == {
+        "split": "test",
+        "dataset_version": "abc123",
+        "propensity_a": 0.6,
+        "propensity_b": 2.6,
+        "filter": "filter_labels_test.txt",
+    }
 
 
 def test_default_metrics_are_those_present(store):
@@ -41,7 +46,11 @@ def test_deltas_against_the_methods_own_plain_row(store):
     table = build_table(store, DATASET)
     dexml = _by_source(table)["r-dexml-best"]
     assert dexml["delta_vs"] == "DEXML (dexml:Table 2)"  # own paper, not the SoftTop-5 variant nor UniDEC's copy
-    assert dexml["P@1 Δ"] == pytest.approx(1.5) and dexml["P@5 Δ"] == pytest.approx(0.4) and dexml["PSP@1 Δ"] == pytest.approx(-1.0)
+    assert (
+        dexml["P@1 Δ"] == pytest.approx(1.5)
+        and dexml["P@5 Δ"] == pytest.approx(0.4)
+        and dexml["PSP@1 Δ"] == pytest.approx(-1.0)
+    )
     assert "P@1 Δ" not in _by_source(table)["r-tfidf"]
     headers = [c.header for c in table.columns]
     assert headers.index("P@1 Δ") == headers.index("P@1") + 1
@@ -80,8 +89,18 @@ def test_compute_columns(store):
     rows = _by_source(table)
     dexml, tfidf = rows["r-dexml-best"], rows["r-tfidf"]
     paper = next(r for r in table.rows if r["source"] == "dexml:Table 2" and r["method"] == "DEXML")
-    assert (dexml["gpu_hours"], dexml["gpus"], dexml["batch_size"], dexml["label_pool"]) == (1.0, "NVIDIA H100 80GB HBM3 × 2", 256, "2,560 (max 2,600)")
-    assert (paper["gpu_hours"], paper["gpus"], paper["batch_size"], paper["label_pool"]) == (48.0, "A100 × 16", 2048, "131073")
+    assert (dexml["gpu_hours"], dexml["gpus"], dexml["batch_size"], dexml["label_pool"]) == (
+        1.0,
+        "NVIDIA H100 80GB HBM3 × 2",
+        256,
+        "2,560 (max 2,600)",
+    )
+    assert (paper["gpu_hours"], paper["gpus"], paper["batch_size"], paper["label_pool"]) == (
+        48.0,
+        "A100 × 16",
+        2048,
+        "131073",
+    )
     assert (tfidf["gpus"], tfidf["gpu_hours"], tfidf["coverage"]) == ("CPU", 0.0, 100.0)
     headers = [c.header for c in table.columns]
     assert {"GPU-hours", "GPU × count", "batch size", "label pool", "coverage %", "setting", "source"} <= set(headers)
@@ -115,7 +134,9 @@ def test_mixed_dataset_versions_are_refused_then_selectable(store, run_record):
 
 
 def test_mixed_propensity_is_refused_then_selectable(store, run_record):
-    store.ingest_record(run_record("r-ab", "tfidf", {"P@1": 31.0}, minute=30, propensity_a=0.55, propensity_b=1.5), None)
+    store.ingest_record(
+        run_record("r-ab", "tfidf", {"P@1": 31.0}, minute=30, propensity_a=0.55, propensity_b=1.5), None
+    )
     with pytest.raises(XmcbenchError, match=r"A/B 0.6/2.6.*A/B 0.55/1.5"):
         build_table(store, DATASET)
     table = build_table(store, DATASET, propensity=(0.55, 1.5))

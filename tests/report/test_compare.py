@@ -44,12 +44,23 @@ def dataset(synth_dataset):
     return load_dataset(synth_dataset.name, progress=False)
 
 
-def _run(root: Path, store: Store, run_id: str, ds, preds: sp.csr_matrix, rows: np.ndarray | None = None, **task) -> str:
+def _run(
+    root: Path, store: Store, run_id: str, ds, preds: sp.csr_matrix, rows: np.ndarray | None = None, **task
+) -> str:
     record = new_record(
         run_id,
-        task={"dataset": ds.name, "dataset_version": ds.version, "split": "test", "n_queries": ds.labels("test").shape[0],
-              "n_queries_evaluated": preds.shape[0], "n_labels": ds.n_labels, "propensity_a": ds.spec.propensity_a,
-              "propensity_b": ds.spec.propensity_b, "filter": "filter_labels_test.txt", **task},
+        task={
+            "dataset": ds.name,
+            "dataset_version": ds.version,
+            "split": "test",
+            "n_queries": ds.labels("test").shape[0],
+            "n_queries_evaluated": preds.shape[0],
+            "n_labels": ds.n_labels,
+            "propensity_a": ds.spec.propensity_a,
+            "propensity_b": ds.spec.propensity_b,
+            "filter": "filter_labels_test.txt",
+            **task,
+        },
         model={"method": run_id},
     )
     record["status"] = "finished"
@@ -139,8 +150,11 @@ def test_cli_prints_differences_and_marks_significant(tmp_path, store, dataset):
     truth = dataset.labels("test")
     _run(tmp_path, store, "run-good", dataset, _predictions(truth, 0.9, seed=1))
     _run(tmp_path, store, "run-bad", dataset, _predictions(truth, 0.2, seed=2))
-    result = CliRunner().invoke(app, ["compare", "run-good", "run-bad", "--db", str(store.path), "--n-boot", "200", "--seed", "1"],
-                                env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app,
+        ["compare", "run-good", "run-bad", "--db", str(store.path), "--n-boot", "200", "--seed", "1"],
+        env={"COLUMNS": "200"},
+    )
     assert result.exit_code == 0, result.output
     assert "A = run-good" in result.output and "B = run-bad" in result.output
     p1 = next(line for line in result.output.splitlines() if "P@1" in line)
@@ -153,8 +167,9 @@ def test_cli_json_output(tmp_path, store, dataset):
     truth = dataset.labels("test")
     _run(tmp_path, store, "run-good", dataset, _predictions(truth, 0.9, seed=1))
     _run(tmp_path, store, "run-bad", dataset, _predictions(truth, 0.2, seed=2))
-    result = CliRunner().invoke(app, ["compare", "run-good", "run-bad", "--db", str(store.path), "--n-boot", "100",
-                                      "--format", "json"])
+    result = CliRunner().invoke(
+        app, ["compare", "run-good", "run-bad", "--db", str(store.path), "--n-boot", "100", "--format", "json"]
+    )
     assert result.exit_code == 0, result.output
     import json
 

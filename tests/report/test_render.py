@@ -36,7 +36,11 @@ def test_csv_has_headers_and_raw_numbers(table):
     rows = list(csv.DictReader(io.StringIO(render(table, "csv"))))
     assert len(rows) == len(table.rows)
     dexml = next(r for r in rows if r["source"] == "r-dexml-best")
-    assert float(dexml["P@1"]) == 44.0 and float(dexml["P@1 Δ"]) == 1.5 and dexml["GPU × count"] == "NVIDIA H100 80GB HBM3 × 2"
+    assert (
+        float(dexml["P@1"]) == 44.0
+        and float(dexml["P@1 Δ"]) == 1.5
+        and dexml["GPU × count"] == "NVIDIA H100 80GB HBM3 × 2"
+    )
     tfidf = next(r for r in rows if r["source"] == "r-tfidf")
     assert tfidf["P@1 Δ"] == "" and tfidf["batch size"] == ""
 

@@ -24,8 +24,10 @@ from xmcbench.store import Store
 from xmcbench.store.record import new_record, write_record
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)"),
-              pytest.mark.slow]
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)"),
+    pytest.mark.slow,
+]
 SMOKE = "synth-smoke"
 
 
@@ -33,22 +35,46 @@ def _smoke_run(root: Path, run_id: str, method: str, p1: float, dataset: str = S
     """A run record as the smoke recipes leave it (scores with CIs, compute, accounting, train_log.jsonl)."""
     record = new_record(
         run_id,
-        task={"dataset": dataset, "dataset_version": "v1", "split": "test", "n_queries": 1000, "n_queries_evaluated": 1000,
-              "n_labels": 2000, "propensity_a": 0.55, "propensity_b": 1.5, "supervision": "full"},
+        task={
+            "dataset": dataset,
+            "dataset_version": "v1",
+            "split": "test",
+            "n_queries": 1000,
+            "n_queries_evaluated": 1000,
+            "n_labels": 2000,
+            "propensity_a": 0.55,
+            "propensity_b": 1.5,
+            "supervision": "full",
+        },
         model={"method": method, "encoder": "all-MiniLM-L6-v2"},
     )
     record["status"] = "finished"
-    record["scores"] = [{"name": "P@1", "value": p1, "ci_lo": p1 - 1.1, "ci_hi": p1 + 0.9},
-                        {"name": "P@5", "value": p1 / 3, "ci_lo": p1 / 3 - 0.5, "ci_hi": p1 / 3 + 0.5}]
-    record["compute"] = ({"device_type": "cuda", "device_names": ["NVIDIA H100"] * gpus, "device_count": gpus,
-                          "gpu_hours": 0.4 * gpus} if gpus else
-                         {"device_type": "cpu", "device_names": ["cpu"], "device_count": 1, "gpu_hours": 0.0})
+    record["scores"] = [
+        {"name": "P@1", "value": p1, "ci_lo": p1 - 1.1, "ci_hi": p1 + 0.9},
+        {"name": "P@5", "value": p1 / 3, "ci_lo": p1 / 3 - 0.5, "ci_hi": p1 / 3 + 0.5},
+    ]
+    record["compute"] = (
+        {"device_type": "cuda", "device_names": ["NVIDIA H100"] * gpus, "device_count": gpus, "gpu_hours": 0.4 * gpus}
+        if gpus
+        else {"device_type": "cpu", "device_names": ["cpu"], "device_count": 1, "gpu_hours": 0.0}
+    )
     record["accounting"] = {"batch_size": 64, "pool_size_mean": 320.0, "pool_size_max": 330} if losses else {}
     write_record(root / run_id, record)
     with open(root / run_id / "train_log.jsonl", "w") as fh:
         for epoch, loss in enumerate(losses, 1):
-            fh.write(json.dumps({"epoch": epoch, "epochs": len(losses), "loss": loss, "lr": 2e-4,
-                                 "queries_per_s": 40.0, "pool_size": 320.0}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "epoch": epoch,
+                        "epochs": len(losses),
+                        "loss": loss,
+                        "lr": 2e-4,
+                        "queries_per_s": 40.0,
+                        "pool_size": 320.0,
+                    }
+                )
+                + "\n"
+            )
     return root / run_id
 
 
@@ -60,8 +86,15 @@ def site(tmp_path_factory):
     _smoke_run(runs, "20261123-102000-dexml-synth-smoke-bbbbbb", "dexml", 41.5, losses=[3.2, 2.1, 1.7])
     _smoke_run(runs, "20261123-103000-unidec-synth-smoke-cccccc", "unidec", 38.0, losses=[2.5, 2.0])
     # a reproduced DEXML beside the published one, with GPU-hours and a label pool
-    _smoke_run(runs, "20261123-104000-dexml-lf-amazontitles-131k-dddddd", "dexml", 41.0,
-               dataset="LF-AmazonTitles-131K", losses=[4.0, 3.0, 2.5, 2.2], gpus=2)
+    _smoke_run(
+        runs,
+        "20261123-104000-dexml-lf-amazontitles-131k-dddddd",
+        "dexml",
+        41.0,
+        dataset="LF-AmazonTitles-131K",
+        losses=[4.0, 3.0, 2.5, 2.2],
+        gpus=2,
+    )
     db = tmp / "x.duckdb"
     with Store.open(db) as store:
         for run_dir in sorted(runs.iterdir()):
@@ -76,18 +109,35 @@ def _chromium(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     profile = tempfile.mkdtemp(prefix="xmcbench-chromium-")
     try:
         return subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args],
-            capture_output=True, text=True, timeout=timeout,
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-extensions",
+                f"--user-data-dir={profile}",
+                "--enable-logging=stderr",
+                "--v=0",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     finally:
         shutil.rmtree(profile, ignore_errors=True)
 
 
 def _console_errors(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines()
-            if "CONSOLE" in line and ("Uncaught" in line or "rror" in line.split("CONSOLE", 1)[1])]
+    return [
+        line
+        for line in stderr.splitlines()
+        if "CONSOLE" in line and ("Uncaught" in line or "rror" in line.split("CONSOLE", 1)[1])
+    ]
 
 
 def _png_pixels(path: Path):
@@ -96,8 +146,8 @@ def _png_pixels(path: Path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat = 8, b""
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height, depth, colour = struct.unpack(">IIBB", chunk[:10])
             assert depth == 8 and colour in (2, 6)
@@ -145,12 +195,14 @@ def test_every_page_loads_without_console_errors(site):
     assert site / "index.html" in pages and site / "synth-smoke.html" in pages and len(pages) >= 3
     for page in pages:
         text = page.read_text()
-        assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in text  # no CDN
+        assert (
+            "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in text
+        )  # no CDN
         result = _chromium("--dump-dom", page.as_uri())
         assert result.returncode == 0, result.stderr[-2000:]
         dom = result.stdout
         assert 'data-ready="1"' in dom, f"{page.name}: the page's script did not finish"
-        assert 'id="js-errors"' not in dom, f"{page.name}: {dom[dom.find('js-errors'):][:300]}"
+        assert 'id="js-errors"' not in dom, f"{page.name}: {dom[dom.find('js-errors') :][:300]}"
         assert not _console_errors(result.stderr), f"{page.name}: {_console_errors(result.stderr)}"
         assert "<table" in dom and "<svg" in dom
 
@@ -161,8 +213,13 @@ def test_screenshots_show_table_and_plots(site):
     shots.mkdir(parents=True, exist_ok=True)
     for page, size in (("index.html", "1280,900"), ("LF-AmazonTitles-131K.html", "1280,1400")):
         png = shots / (page.replace(".html", ".png"))
-        result = _chromium(f"--screenshot={png}", f"--window-size={size}", "--hide-scrollbars",
-                           "--virtual-time-budget=3000", (site / page).as_uri())  # painted in full first
+        result = _chromium(
+            f"--screenshot={png}",
+            f"--window-size={size}",
+            "--hide-scrollbars",
+            "--virtual-time-budget=3000",
+            (site / page).as_uri(),
+        )  # painted in full first
         assert result.returncode == 0 and png.is_file(), result.stderr[-2000:]
         width, height, pixels = _png_pixels(png)
         assert (width, height) == tuple(int(v) for v in size.split(","))

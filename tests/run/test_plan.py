@@ -41,9 +41,19 @@ def test_gpu_memory_override_and_unknown_device():
 
 
 def test_encoder_size_from_a_local_config(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-        "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "bert",
+                "hidden_size": 768,
+                "num_hidden_layers": 12,
+                "num_attention_heads": 12,
+                "intermediate_size": 3072,
+                "vocab_size": 30522,
+                "max_position_embeddings": 512,
+            }
+        )
+    )
     size = encoder_size(str(tmp_path))
     assert size.source == "config" and size.hidden == 768 and size.layers == 12
     assert size.params == pytest.approx(109_482_240, rel=0.01)  # bert-base-uncased's count

@@ -10,8 +10,7 @@ from scipy import sparse
 
 from xmcbench import metrics
 from xmcbench.methods.tfidf import TfidfMethod
-from xmcbench.run import load_recipe
-from xmcbench.run import load_record, run_recipe
+from xmcbench.run import load_recipe, load_record, run_recipe
 from xmcbench.run.phases import build_train_task, ensure_dataset
 from xmcbench.store import Store
 
@@ -142,9 +141,27 @@ def test_parallel_runs_on_a_cold_dataset_are_all_recorded(tmp_path):
     recipe.write_text(RECIPE.format(tag="par"))
     env = {**os.environ, "XMCBENCH_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
     db = tmp_path / "shared.duckdb"
-    procs = [subprocess.Popen([sys.executable, "-m", "xmcbench", "run", str(recipe), "--quiet", "--db", str(db),
-                               "--set", f"training.seed={i}"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(4)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "xmcbench",
+                "run",
+                str(recipe),
+                "--quiet",
+                "--db",
+                str(db),
+                "--set",
+                f"training.seed={i}",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(4)
+    ]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outputs)
     with Store.open(db) as store:

@@ -46,10 +46,10 @@ def test_the_run_is_indexed_while_it_runs(tmp_path, monkeypatch):
     def fit_and_look(self, task, ctx):
         with Store.open(db) as store:
             seen["status"] = [r["status"] for r in store.runs()]
+        raise RuntimeError("looked; stop here")
 
     monkeypatch.setattr(TfidfMethod, "fit", fit_and_look)
-    monkeypatch.setattr(TfidfMethod, "save", lambda self, path: None)
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="stop here"):
         run_recipe(make(tmp_path), db=db, runs_dir=runs, progress=False)
     assert seen["status"] == ["running"]  # indexed before training, not only at the end
 
@@ -66,14 +66,20 @@ def test_a_second_attempt_of_a_locked_run_is_refused(tmp_path, monkeypatch):
     run_dir = only_run_dir(runs)
     # another process holds the run folder's lock: a resume must not go ahead beside it
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             from xmcbench.fsutil import file_lock
             with file_lock({str(run_dir / ".lock")!r}):
                 print("locked", flush=True)
                 time.sleep(30)
-        """)],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -138,8 +144,13 @@ def test_stale_temp_files_of_dead_processes_are_cleaned(tmp_path, monkeypatch):
 def test_secrets_in_free_text_fields_are_masked_everywhere(tmp_path):
     token = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmNoPqRsTuV"
     db, runs = tmp_path / "r.duckdb", tmp_path / "runs"
-    result = run_recipe(make(tmp_path, description=f"uses {token}"), db=db, runs_dir=runs, progress=False,
-                        command=f"xmcbench run x --set description={token}")
+    result = run_recipe(
+        make(tmp_path, description=f"uses {token}"),
+        db=db,
+        runs_dir=runs,
+        progress=False,
+        command=f"xmcbench run x --set description={token}",
+    )
     for path in result.run_dir.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".yaml", ".jsonl"):
             assert token not in path.read_text(), path

@@ -38,9 +38,13 @@ def test_few_shot_keeps_every_pair_of_the_sampled_labels_and_nothing_else(tmp_pa
     kept = sparse.csr_matrix(full.multiply(seen[None, :].astype(np.float32)))
     kept.eliminate_zeros()
     assert (task.train_labels != kept).nnz == 0  # all pairs of the sampled labels, no other
-    assert task.supervision == {"mode": "few_shot", "label_fraction": 0.05, "labels_sampled": 10,
-                                "train_pairs": int(kept.nnz),
-                                "train_queries_with_labels": int(np.count_nonzero(np.diff(kept.indptr)))}
+    assert task.supervision == {
+        "mode": "few_shot",
+        "label_fraction": 0.05,
+        "labels_sampled": 10,
+        "train_pairs": int(kept.nnz),
+        "train_queries_with_labels": int(np.count_nonzero(np.diff(kept.indptr))),
+    }
     assert task.n_labels == 200  # every label stays a candidate
 
 
@@ -52,12 +56,15 @@ def test_zero_shot_hands_no_label_array(tmp_path):
     assert not any(isinstance(v, sparse.spmatrix) for v in vars(task).values())
 
 
-@pytest.mark.parametrize("supervision, words", [
-    ("{mode: few_shot}", "needs label_fraction"),
-    ("{mode: few_shot, label_fraction: 0}", "greater than 0"),
-    ("{mode: few_shot, label_fraction: 1.5}", "less than or equal to 1"),
-    ("{mode: zero_shot, label_fraction: 0.1}", "only applies to mode few_shot"),
-])
+@pytest.mark.parametrize(
+    "supervision, words",
+    [
+        ("{mode: few_shot}", "needs label_fraction"),
+        ("{mode: few_shot, label_fraction: 0}", "greater than 0"),
+        ("{mode: few_shot, label_fraction: 1.5}", "less than or equal to 1"),
+        ("{mode: zero_shot, label_fraction: 0.1}", "only applies to mode few_shot"),
+    ],
+)
 def test_bad_supervision_is_one_clear_error_at_validation(tmp_path, supervision, words):
     with pytest.raises(RecipeError) as err:
         make(tmp_path, supervision)

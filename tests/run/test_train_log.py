@@ -32,8 +32,18 @@ def test_log_epoch_logs_and_appends(tmp_path, caplog):
     assert first["pool_size"] == 101.5 and second["pool_size"] == 200.0 and second["loss"] is None
     entries = [json.loads(line) for line in (tmp_path / TRAIN_LOG).read_text().splitlines()]
     assert [e["epoch"] for e in entries] == [1, 2] and entries[1]["val_p1"] == 40.0
-    assert set(entries[0]) >= {"epoch", "epochs", "step", "loss", "lr", "queries_per_s", "pool_size", "elapsed_s",
-                               "remaining_s", "at"}
+    assert set(entries[0]) >= {
+        "epoch",
+        "epochs",
+        "step",
+        "loss",
+        "lr",
+        "queries_per_s",
+        "pool_size",
+        "elapsed_s",
+        "remaining_s",
+        "at",
+    }
 
 
 def test_log_epoch_on_other_ranks_writes_nothing(tmp_path, monkeypatch):

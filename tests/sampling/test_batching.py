@@ -192,12 +192,14 @@ def test_one_cluster_per_batch_yields_whole_clusters():
     full.load_state_dict({**state, "consumed": 0})
     assert [b.tolist() for b in first + rest] == [b.tolist() for b in full]
     with pytest.raises(XmcbenchError, match="clusters"):
-        ClusterBatchSampler(n, batch, one_batch_per_cluster=True).set_clusters(clusters[:4] + [np.concatenate(clusters[4:])])
+        ClusterBatchSampler(n, batch, one_batch_per_cluster=True).set_clusters(
+            clusters[:4] + [np.concatenate(clusters[4:])]
+        )
 
 
 def test_unidec_batching_schedule_clusters_from_epoch_zero():
-    from xmcbench.methods.unidec import UnidecConfig
     from xmcbench.methods.dual_encoder import make_sampler
+    from xmcbench.methods.unidec import UnidecConfig
 
     sampler, schedule = make_sampler(UnidecConfig(), 294_805, 576, seed=0)
     assert len(sampler) == 512  # Table 2: |Q_B| = 576 = 294,805 / 512

@@ -27,7 +27,7 @@ def test_samples_are_distinct_positives_padded_with_minus_one(beta):
         got = sampled[sampled >= 0]
         assert len(got) == min(beta, len(truth[r]))
         assert len(set(got)) == len(got) and set(got) <= set(truth[r])
-        assert (sampled[len(got):] == -1).all()  # padding only at the end
+        assert (sampled[len(got) :] == -1).all()  # padding only at the end
     full = sample_positives(labels, rows, 10, np.random.default_rng(0))
     for r, sampled in zip(rows, full):
         assert set(sampled[sampled >= 0]) == set(truth[r])

@@ -46,7 +46,9 @@ def test_ties_go_to_the_lower_label_and_memory_maps_are_read(tmp_path):
     np.save(tmp_path / "l.npy", l)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # e.g. torch's "non-writable array" warning
-        got = build_shortlist(np.load(tmp_path / "q.npy", mmap_mode="r"), np.load(tmp_path / "l.npy", mmap_mode="r"), k=12, device="cpu")
+        got = build_shortlist(
+            np.load(tmp_path / "q.npy", mmap_mode="r"), np.load(tmp_path / "l.npy", mmap_mode="r"), k=12, device="cpu"
+        )
     scores = q @ l.T
     labels = np.broadcast_to(np.arange(30), scores.shape)
     want = np.stack([np.lexsort((labels[i], -scores[i]))[:12] for i in range(20)])
@@ -119,7 +121,9 @@ def test_hard_negatives_are_uniform_over_the_usable_shortlist():
     positives = sparse.csr_matrix(([1.0, 1.0], ([0, 0], [3, 7])), shape=(1, 50))
     shortlist = np.array([[3, 10, 11, 7, 12, 13, 14, 15, -1]])
     n = 20000
-    out = sample_hard_negatives(np.repeat(shortlist, n, axis=0), sparse.vstack([positives] * n).tocsr(), 2, np.random.default_rng(1))
+    out = sample_hard_negatives(
+        np.repeat(shortlist, n, axis=0), sparse.vstack([positives] * n).tocsr(), 2, np.random.default_rng(1)
+    )
     freq = np.bincount(out.ravel(), minlength=50)
     assert set(np.flatnonzero(freq)) == {10, 11, 12, 13, 14, 15}
     expected = 2 / 6

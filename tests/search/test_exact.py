@@ -33,7 +33,12 @@ def _brute(q, keys, k, exclude=None):
 
 def _as_rows(csr):
     return [
-        sorted(zip(csr.indices[csr.indptr[i] : csr.indptr[i + 1]].tolist(), csr.data[csr.indptr[i] : csr.indptr[i + 1]].tolist()))
+        sorted(
+            zip(
+                csr.indices[csr.indptr[i] : csr.indptr[i + 1]].tolist(),
+                csr.data[csr.indptr[i] : csr.indptr[i + 1]].tolist(),
+            )
+        )
         for i in range(csr.shape[0])
     ]
 

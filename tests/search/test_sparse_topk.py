@@ -24,7 +24,7 @@ def test_topk_matches_brute_force_with_ties():
         np.testing.assert_array_equal(got.toarray(), expect)
         kept = np.zeros_like(mask)
         for i in range(50):
-            kept[i, got.indices[got.indptr[i]:got.indptr[i + 1]]] = True
+            kept[i, got.indices[got.indptr[i] : got.indptr[i + 1]]] = True
         assert (kept.sum(1) == np.minimum(mask.sum(1), k)).all()
 
 

@@ -15,12 +15,25 @@ import scipy.sparse as sp
 from xmcbench.store.record import PREDICTIONS_FILE, new_record, write_record
 
 
-def finished_record(run_id: str, method: str = "tfidf", dataset: str = "synth-small", scores: dict | None = None, **task) -> dict:
+def finished_record(
+    run_id: str, method: str = "tfidf", dataset: str = "synth-small", scores: dict | None = None, **task
+) -> dict:
     """A finished record with the given scores (name -> value) and task fields."""
     record = new_record(
         run_id,
-        task={"dataset": dataset, "dataset_version": "v1", "split": "test", "n_queries": 100, "n_queries_evaluated": 100,
-              "n_labels": 50, "propensity_a": 0.55, "propensity_b": 1.5, "filter": None, "supervision": "full", **task},
+        task={
+            "dataset": dataset,
+            "dataset_version": "v1",
+            "split": "test",
+            "n_queries": 100,
+            "n_queries_evaluated": 100,
+            "n_labels": 50,
+            "propensity_a": 0.55,
+            "propensity_b": 1.5,
+            "filter": None,
+            "supervision": "full",
+            **task,
+        },
         model={"method": method, "encoder": None, "params_total": 0, "params_trainable": 0},
         provenance={"xmcbench_version": "0.1.0", "recipe_hash": "ab" * 32, "seed": 0, "git_dirty": False},
     )
@@ -30,9 +43,14 @@ def finished_record(run_id: str, method: str = "tfidf", dataset: str = "synth-sm
         {"name": name, "value": value, "ci_lo": value - 1.0, "ci_hi": value + 1.0, "higher_is_better": True}
         for name, value in (scores or {"P@1": 40.0, "P@5": 20.0}).items()
     ]
-    record["compute"] = {"device_type": "cpu", "device_names": ["cpu"], "device_count": 1,
-                         "wall_time_s": {"prepare": 1.0, "train": 2.0, "predict": 0.5, "evaluate": 0.25},
-                         "gpu_hours": 0.0, "peak_host_mem_gb": 1.5}
+    record["compute"] = {
+        "device_type": "cpu",
+        "device_names": ["cpu"],
+        "device_count": 1,
+        "wall_time_s": {"prepare": 1.0, "train": 2.0, "predict": 0.5, "evaluate": 0.25},
+        "gpu_hours": 0.0,
+        "peak_host_mem_gb": 1.5,
+    }
     record["accounting"] = {"batch_size": 64, "pool_size_mean": 640.0, "pool_size_max": 700}
     return record
 

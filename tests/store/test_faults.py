@@ -47,7 +47,9 @@ def filled_db(tmp_path, record_factory, run_factory):
 
 def test_read_only_open_of_a_missing_database_creates_nothing(tmp_path):
     db = tmp_path / "typo" / "results.duckdb"
-    with pytest.raises(NoDatabaseError, match=rf"no results database at {db}; run a recipe or `xmcbench ingest DIR` first"):
+    with pytest.raises(
+        NoDatabaseError, match=rf"no results database at {db}; run a recipe or `xmcbench ingest DIR` first"
+    ):
         with Store.open(db, read_only=True):
             pass
     assert not (tmp_path / "typo").exists()
@@ -237,9 +239,19 @@ def test_repairing_open_moves_the_damaged_file_aside_and_rebuilds(filled_db, tmp
 def test_lock_conflicts_are_told_apart_from_damage():
     from xmcbench.store.lock import is_lock_conflict
 
-    assert is_lock_conflict(duckdb.IOException('Could not set lock on file "x": Conflicting lock is held in python (PID 1)'))
-    assert not is_lock_conflict(duckdb.Error("Corrupt database file: computed checksum 1 does not match stored checksum 2 in block at location 4096"))
-    assert not is_lock_conflict(duckdb.IOException('Could not read enough bytes from file "x": attempted to read 4096 bytes from location 4096 (block)'))
+    assert is_lock_conflict(
+        duckdb.IOException('Could not set lock on file "x": Conflicting lock is held in python (PID 1)')
+    )
+    assert not is_lock_conflict(
+        duckdb.Error(
+            "Corrupt database file: computed checksum 1 does not match stored checksum 2 in block at location 4096"
+        )
+    )
+    assert not is_lock_conflict(
+        duckdb.IOException(
+            'Could not read enough bytes from file "x": attempted to read 4096 bytes from location 4096 (block)'
+        )
+    )
 
 
 # -- failed writes ---------------------------------------------------------------------------
@@ -272,8 +284,13 @@ def test_a_write_that_the_disk_refuses_is_one_clear_error(tmp_path, record_facto
     record = record_factory("big-run")
     run_dir = run_factory(tmp_path / "runs", record)
     db = tmp_path / "results.duckdb"
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(db), str(run_dir), json.dumps(record)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(db), str(run_dir), json.dumps(record)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 3, proc.stderr
     message = proc.stdout.strip()
     assert message.startswith(f"cannot write to the results database {db} (") and "File too large" in message
@@ -287,7 +304,10 @@ def test_a_write_that_the_disk_refuses_is_one_clear_error(tmp_path, record_facto
 def test_a_database_below_a_regular_file_is_one_clear_write_error(tmp_path, record_factory):
     (tmp_path / "somefile").write_text("x")
     db = tmp_path / "somefile" / "results.duckdb"
-    with pytest.raises(DatabaseWriteError, match=rf"cannot write to the results database {db} \({tmp_path / 'somefile'} is a file, not a folder\)"):
+    with pytest.raises(
+        DatabaseWriteError,
+        match=rf"cannot write to the results database {db} \({tmp_path / 'somefile'} is a file, not a folder\)",
+    ):
         with Store.open(db):
             pass
     with pytest.raises(DatabaseWriteError, match=r"the run directory /some/run still has the record"):
@@ -307,7 +327,9 @@ def test_disk_full_at_the_lock_file_and_at_commit_name_the_run_directory(tmp_pat
 
     with monkeypatch.context() as m:
         m.setattr("xmcbench.store.lock.file_lock", full)
-        with pytest.raises(DatabaseWriteError, match=r"No space left on device.*the run directory /r/1 still has the record"):
+        with pytest.raises(
+            DatabaseWriteError, match=r"No space left on device.*the run directory /r/1 still has the record"
+        ):
             store.ingest_record(record_factory("r1"), "/r/1")
 
     real_connect = duckdb.connect
@@ -318,14 +340,25 @@ def test_disk_full_at_the_lock_file_and_at_commit_name_the_run_directory(tmp_pat
 
         def execute(self, sql, *args):
             if sql == "COMMIT":
-                raise duckdb.TransactionException('TransactionContext Error: Failed to commit: Could not write file "x.wal": No space left on device')
+                raise duckdb.TransactionException(
+                    'TransactionContext Error: Failed to commit: Could not write file "x.wal": No space left on device'
+                )
             return self.con.execute(sql, *args)
 
         def close(self):
             self.con.close()
 
-    monkeypatch.setattr(duckdb, "connect", lambda path, read_only=False: real_connect(path, read_only=read_only) if read_only else FailingCommit(real_connect(path)))
-    with pytest.raises(DatabaseWriteError, match=rf"cannot write to the results database {db} \(Failed to commit.*No space left on device\); the run directory /r/2"):
+    monkeypatch.setattr(
+        duckdb,
+        "connect",
+        lambda path, read_only=False: (
+            real_connect(path, read_only=read_only) if read_only else FailingCommit(real_connect(path))
+        ),
+    )
+    with pytest.raises(
+        DatabaseWriteError,
+        match=rf"cannot write to the results database {db} \(Failed to commit.*No space left on device\); the run directory /r/2",
+    ):
         store.ingest_record(record_factory("r2"), "/r/2")
     monkeypatch.undo()
     assert store.runs() == []
@@ -359,11 +392,18 @@ def test_a_running_run_whose_process_died_reads_as_interrupted(tmp_path, record_
             sleeper.kill()
             sleeper.wait()
             status = {r["run_id"]: r["status"] for r in store.runs()}
-            assert status == {"alive": "running", "elsewhere": "running", "killed-later": "interrupted", "dead": "interrupted"}
+            assert status == {
+                "alive": "running",
+                "elsewhere": "running",
+                "killed-later": "interrupted",
+                "dead": "interrupted",
+            }
             assert {r["run_id"] for r in store.runs(status="running")} == {"alive", "elsewhere"}
             assert {r["run_id"] for r in store.runs(status="interrupted")} == {"killed-later", "dead"}
             run = store.get_run("killed-later")
-            assert run["status"] == "interrupted" and run["record"]["status"] == "running"  # the record is not rewritten
+            assert (
+                run["status"] == "interrupted" and run["record"]["status"] == "running"
+            )  # the record is not rewritten
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -379,7 +419,10 @@ def test_ingest_indexes_a_dead_running_run_as_interrupted(tmp_path, record_facto
         assert sorted(report.ingested) == ["dead", "done"] and report.interrupted == ["dead"]
     con = duckdb.connect(str(db), read_only=True)
     try:  # stored that way too, for whoever reads the database with SQL
-        assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {"dead": "interrupted", "done": "finished"}
+        assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {
+            "dead": "interrupted",
+            "done": "finished",
+        }
     finally:
         con.close()
 
@@ -413,11 +456,17 @@ def test_permission_denied_is_a_clear_error_for_readers_and_writers(filled_db, r
     monkeypatch.setattr(duckdb, "connect", denied)
     with Store.open(filled_db, read_only=True) as store:  # a writer's refusal does not concern a reader
         assert len(store.runs()) == 3
-    with pytest.raises(DatabaseWriteError, match=rf"cannot write to the results database {filled_db} \(Cannot open file: Permission denied\); the run directory /r/9"):
+    with pytest.raises(
+        DatabaseWriteError,
+        match=rf"cannot write to the results database {filled_db} \(Cannot open file: Permission denied\); the run directory /r/9",
+    ):
         store = Store(filled_db)
         store.ingest_record(record_factory("r9"), "/r/9")
     denied.reads = False
-    with pytest.raises(XmcbenchError, match=rf"cannot read the results database {filled_db} \(Cannot open file: Permission denied\); check its permissions"):
+    with pytest.raises(
+        XmcbenchError,
+        match=rf"cannot read the results database {filled_db} \(Cannot open file: Permission denied\); check its permissions",
+    ):
         with Store.open(filled_db, read_only=True):
             pass
 
@@ -429,11 +478,14 @@ def test_repair_leaves_a_foreign_file_given_by_mistake_alone(tmp_path, filled_db
         with Store.open(other, repair=True):
             pass
     for read_only in (True, False):  # DuckDB would open a .csv as an in-memory database: refused before that
-        with pytest.raises(DamagedDatabaseError, match=rf"{other} is not a DuckDB database \(no DuckDB header\); give --db"):
+        with pytest.raises(
+            DamagedDatabaseError, match=rf"{other} is not a DuckDB database \(no DuckDB header\); give --db"
+        ):
             with Store.open(other, read_only=read_only):
                 pass
-    assert other.read_text() == "run,P@1\nx,1\n" and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("results.csv")) == [
-        "results.csv", "results.csv.lock"]
+    assert other.read_text() == "run,P@1\nx,1\n" and sorted(
+        p.name for p in tmp_path.iterdir() if p.name.startswith("results.csv")
+    ) == ["results.csv", "results.csv.lock"]
     # a DuckDB file elsewhere, damaged past its header, is repaired
     copy = tmp_path / "copy.duckdb"
     copy.write_bytes(filled_db.read_bytes()[: filled_db.stat().st_size // 2])
@@ -466,8 +518,15 @@ REPAIRER = textwrap.dedent(
 
 def test_two_ingests_repairing_at_once_set_the_file_aside_once(filled_db, tmp_path):
     _damage_a_data_block(filled_db)  # found only by a full read, outside the lock: both see it
-    procs = [subprocess.Popen([sys.executable, "-c", REPAIRER, str(filled_db), str(tmp_path / "runs")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", REPAIRER, str(filled_db), str(tmp_path / "runs")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     results = [proc.communicate(timeout=120) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), results
     assert len([p for p in filled_db.parent.iterdir() if ".damaged-" in p.name and not p.name.endswith(".wal")]) == 1

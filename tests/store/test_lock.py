@@ -61,10 +61,17 @@ def test_parallel_writers_lose_nothing(tmp_path):
     db = tmp_path / "results.duckdb"
     expected = N_WRITERS * RUNS_PER_WRITER
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(w), str(RUNS_PER_WRITER)], stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(db), str(w), str(RUNS_PER_WRITER)], stderr=subprocess.PIPE, text=True
+        )
         for w in range(N_WRITERS)
     ]
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(db), str(expected)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(db), str(expected)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
@@ -94,7 +101,9 @@ def test_writer_times_out_with_a_clear_error_while_the_lock_is_held(tmp_path, re
     db = tmp_path / "results.duckdb"
     with Store.open(db, timeout_s=0.3) as store:
         with write_lock(db):  # another writer (flock conflicts across open files, even in one process)
-            with pytest.raises(DatabaseLockTimeout, match=r"results.duckdb.lock: could not lock the results database within 0 s"):
+            with pytest.raises(
+                DatabaseLockTimeout, match=r"results.duckdb.lock: could not lock the results database within 0 s"
+            ):
                 store.ingest_record(record_factory("r1"), None)
         store.ingest_record(record_factory("r1"), None)  # released: the write goes through
         assert [r["run_id"] for r in store.runs()] == ["r1"]
@@ -106,16 +115,26 @@ def test_reader_retries_while_a_writer_has_the_file_open(tmp_path, record_factor
         store.ingest_record(record_factory("r1"), None)
     # another process holds the file read-write for a moment; the read waits for it
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('open', flush=True); time.sleep(0.5); c.close()"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('open', flush=True); time.sleep(0.5); c.close()",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert holder.stdout.readline().strip() == "open"
     assert [r["run_id"] for r in Store(db, timeout_s=30).runs()] == ["r1"]
     holder.wait(timeout=30)
     with pytest.raises(DatabaseLockTimeout, match="another process kept the database open"):
         holder = subprocess.Popen(
-            [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('open', flush=True); time.sleep(1.5)"],
-            stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-c",
+                f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('open', flush=True); time.sleep(1.5)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         try:
             assert holder.stdout.readline().strip() == "open"
@@ -149,8 +168,13 @@ def test_waiting_for_duckdbs_own_file_lock_is_said_on_stderr(tmp_path, record_fa
     with Store.open(db):
         pass
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('open', flush=True); time.sleep(1); c.close()"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('open', flush=True); time.sleep(1); c.close()",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "open"

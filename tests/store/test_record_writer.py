@@ -10,8 +10,12 @@ from xmcbench.store.record import new_record, read_record, write_record
 
 
 def good():
-    return new_record("20261123-000000-tfidf-x-abc123", task={"dataset": "x", "split": "test"},
-                      model={"method": "tfidf"}, phases_done=[])
+    return new_record(
+        "20261123-000000-tfidf-x-abc123",
+        task={"dataset": "x", "split": "test"},
+        model={"method": "tfidf"},
+        phases_done=[],
+    )
 
 
 def test_a_new_record_round_trips(tmp_path):

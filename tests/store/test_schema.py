@@ -26,7 +26,15 @@ def test_migrations_are_numbered_in_order():
 def test_new_database_has_every_table(tmp_path):
     with Store.open(tmp_path / "x.duckdb") as store:
         assert store.schema_version() == SCHEMA_VERSION
-    assert {"schema_version", "runs", "scores", "compute", "accounting", "group_scores", "reference_results"} <= _tables(tmp_path / "x.duckdb")
+    assert {
+        "schema_version",
+        "runs",
+        "scores",
+        "compute",
+        "accounting",
+        "group_scores",
+        "reference_results",
+    } <= _tables(tmp_path / "x.duckdb")
 
 
 def test_version_1_database_is_migrated_and_keeps_its_rows(tmp_path, record_factory):
@@ -49,7 +57,9 @@ def test_version_1_database_is_migrated_and_keeps_its_rows(tmp_path, record_fact
         store.ingest_record(record_factory("new-run"), None)  # the new tables work
         assert {r["run_id"] for r in store.runs()} == {"old-run", "new-run"}
     con = duckdb.connect(str(db), read_only=True)
-    assert [r[0] for r in con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()] == list(range(1, SCHEMA_VERSION + 1))
+    assert [r[0] for r in con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()] == list(
+        range(1, SCHEMA_VERSION + 1)
+    )
     con.close()
 
 
@@ -59,7 +69,9 @@ def test_newer_database_is_refused(tmp_path):
     migrate(con, str(db))
     con.execute("INSERT INTO schema_version VALUES (?, 'from the future', now()::TIMESTAMP)", [SCHEMA_VERSION + 1])
     con.close()
-    with pytest.raises(XmcbenchError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than this xmcbench understands"):
+    with pytest.raises(
+        XmcbenchError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than this xmcbench understands"
+    ):
         with Store.open(db):
             pass
 
@@ -68,12 +80,17 @@ def test_failed_migration_leaves_the_database_unchanged(tmp_path, monkeypatch):
     db = tmp_path / "x.duckdb"
     con = duckdb.connect(str(db))
     migrate(con, str(db), target=1)
-    broken = (MIGRATIONS[0], type(MIGRATIONS[1])(2, "broken", ("CREATE TABLE ok_so_far (x INTEGER)", "THIS IS NOT SQL")))
+    broken = (
+        MIGRATIONS[0],
+        type(MIGRATIONS[1])(2, "broken", ("CREATE TABLE ok_so_far (x INTEGER)", "THIS IS NOT SQL")),
+    )
     monkeypatch.setattr("xmcbench.store.schema.MIGRATIONS", broken)
     with pytest.raises(duckdb.Error):
         migrate(con, str(db), target=2)
     assert current_version(con) == 1
-    assert con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'ok_so_far'").fetchone()[0] == 0
+    assert (
+        con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'ok_so_far'").fetchone()[0] == 0
+    )
     con.close()
 
 

@@ -151,14 +151,33 @@ def test_best_respects_lower_is_better(tmp_path, record_factory):
 
 
 def _ref(paper, table, dataset, method, setting, metrics, **extra) -> ReferenceRow:
-    return ReferenceRow(paper=paper, table=table, dataset=dataset, method=method, printed_name=method,
-                        setting=setting, metrics=metrics, **extra)
+    return ReferenceRow(
+        paper=paper,
+        table=table,
+        dataset=dataset,
+        method=method,
+        printed_name=method,
+        setting=setting,
+        metrics=metrics,
+        **extra,
+    )
 
 
 def test_reference_results_replace_idempotently(tmp_path):
     refs = [
-        _ref("dexml", "Table 2", "LF-AmazonTitles-131K", "DEXML", "full", {"P@1": 42.52, "P@5": 20.64},
-             batch_size=4096, label_pool=131073, gpus=4, gpu_type="A100 40GB", train_time_hours=4.2),
+        _ref(
+            "dexml",
+            "Table 2",
+            "LF-AmazonTitles-131K",
+            "DEXML",
+            "full",
+            {"P@1": 42.52, "P@5": 20.64},
+            batch_size=4096,
+            label_pool=131073,
+            gpus=4,
+            gpu_type="A100 40GB",
+            train_time_hours=4.2,
+        ),
         _ref("maclr", "Table 2", "LF-AmazonTitles-131K", "MACLR", "zero-shot", {"P@1": 10.0}, label_pool="~1.3M"),
     ]
     with Store.open(tmp_path / "x.duckdb") as store:
@@ -169,7 +188,12 @@ def test_reference_results_replace_idempotently(tmp_path):
         assert len(rows) == 3 and store.reference_loaded_at() is not None
         dexml = [r for r in rows if r["method"] == "DEXML" and r["metric"] == "P@1"][0]
         assert (dexml["value"], dexml["batch_size"], dexml["gpus"], dexml["paper_table"], dexml["label_pool"]) == (
-            42.52, 4096, 4, "Table 2", "131073")
+            42.52,
+            4096,
+            4,
+            "Table 2",
+            "131073",
+        )
         assert {r["setting"] for r in rows} == {"full", "zero-shot"}
         assert store.reference_results(dataset="EURLex-4K") == []
 

@@ -39,7 +39,12 @@ def sharded_loss_cases() -> list[dict]:
     label shard, a row without positives, a row whose labels are all positive, huge scores."""
     gen = torch.Generator().manual_seed(0)
     cases = []
-    for n_queries, n_labels, dim, temperature, scale in [(5, 11, 8, 0.05, 1.0), (4, 3, 4, 1.0, 1.0), (2, 1, 4, 0.5, 1.0), (6, 17, 8, 0.01, 30.0)]:
+    for n_queries, n_labels, dim, temperature, scale in [
+        (5, 11, 8, 0.05, 1.0),
+        (4, 3, 4, 1.0, 1.0),
+        (2, 1, 4, 0.5, 1.0),
+        (6, 17, 8, 0.01, 30.0),
+    ]:
         queries = torch.randn(n_queries, dim, generator=gen) * scale
         labels = torch.randn(n_labels, dim, generator=gen)
         targets = torch.rand(n_queries, n_labels, generator=gen) < 0.3
@@ -121,8 +126,14 @@ def scenario_ddp(info: DistInfo, out_dir: Path) -> None:
     )
     encoder_grads = {n: p.grad.clone() for n, p in encoder.named_parameters() if p.grad is not None}
     torch.save(
-        {"type": type(ddp).__name__, "grads": grads, "expected": expected, "after_load": after_load,
-         "sampler": state["sampler_state"], "encoder_grads": encoder_grads},
+        {
+            "type": type(ddp).__name__,
+            "grads": grads,
+            "expected": expected,
+            "after_load": after_load,
+            "sampler": state["sampler_state"],
+            "encoder_grads": encoder_grads,
+        },
         out_dir / f"ddp-rank{info.rank}.pt",
     )
 

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.train.precision import autocast, autocast_dtype, check_precision, rng_state, seed_everything, set_rng_state
+from xmcbench.train.precision import (
+    autocast,
+    autocast_dtype,
+    check_precision,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 
 
 def _draws() -> tuple:

@@ -47,8 +47,15 @@ class Trainer:
 
     def save(self, directory, epoch: int, **kwargs):
         return save_checkpoint(
-            directory, epoch, self.step, self.model, self.optimizer, self.scheduler,
-            sampler_state={"bit_generator": self.sampler.bit_generator.state}, extra={"note": "hi"}, **kwargs,
+            directory,
+            epoch,
+            self.step,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            sampler_state={"bit_generator": self.sampler.bit_generator.state},
+            extra={"note": "hi"},
+            **kwargs,
         )
 
     def load(self, directory, **kwargs) -> int:
@@ -168,8 +175,14 @@ def test_numpy_state_round_trips(tmp_path):
     model = _model()
     bank = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
     save_checkpoint(
-        tmp_path, 1, 2, model, None, None,
-        sampler_state={"clusters": np.arange(7), "epoch_seed": np.int64(3)}, extra={"bank": bank, "best": [0.5, 1]},
+        tmp_path,
+        1,
+        2,
+        model,
+        None,
+        None,
+        sampler_state={"clusters": np.arange(7), "epoch_seed": np.int64(3)},
+        extra={"bank": bank, "best": [0.5, 1]},
     )
     state = load_checkpoint(tmp_path, model)
     np.testing.assert_array_equal(state["sampler_state"]["clusters"], np.arange(7))

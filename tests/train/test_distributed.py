@@ -131,10 +131,15 @@ def test_sharded_loss_edge_cases():
     none = sharded_decoupled_softmax_loss(q, labels, torch.zeros(2, 4, dtype=torch.bool), 0.1)
     none.backward()
     assert none.item() == 0.0 and torch.count_nonzero(q.grad) == 0
-    with pytest.raises(XmcbenchError, match=r"targets_shard has shape \(2, 3\) but the global batch has 2 queries and this rank has 4 labels"):
+    with pytest.raises(
+        XmcbenchError,
+        match=r"targets_shard has shape \(2, 3\) but the global batch has 2 queries and this rank has 4 labels",
+    ):
         sharded_decoupled_softmax_loss(q, labels, torch.zeros(2, 3, dtype=torch.bool), 0.1)
     with pytest.raises(XmcbenchError, match="counted_shard must"):
-        sharded_decoupled_softmax_loss(q, labels, torch.zeros(2, 4, dtype=torch.bool), 0.1, torch.ones(2, 4, dtype=torch.bool))
+        sharded_decoupled_softmax_loss(
+            q, labels, torch.zeros(2, 4, dtype=torch.bool), 0.1, torch.ones(2, 4, dtype=torch.bool)
+        )
     with pytest.raises(XmcbenchError, match="temperature"):
         sharded_decoupled_softmax_loss(q, labels, torch.zeros(2, 4, dtype=torch.bool), 0.0)
 
@@ -147,10 +152,12 @@ def test_sharded_loss_on_two_processes_matches_one(spawned):
         for rank in ranks:  # every rank holds the full-label-space loss
             torch.testing.assert_close(rank[index]["loss"], ref_loss, atol=1e-5, rtol=1e-5)
         q_grad = torch.cat([rank[index]["q_grad"] for rank in ranks])
-        label_grad = torch.cat([
-            rank[index]["label_grad"] if rank[index]["label_grad"] is not None else torch.zeros(0, ref_l.shape[1])
-            for rank in ranks
-        ])
+        label_grad = torch.cat(
+            [
+                rank[index]["label_grad"] if rank[index]["label_grad"] is not None else torch.zeros(0, ref_l.shape[1])
+                for rank in ranks
+            ]
+        )
         torch.testing.assert_close(q_grad, ref_q, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(label_grad, ref_l, atol=1e-5, rtol=1e-5)
 
@@ -195,9 +202,20 @@ def test_dexml_step_under_torchrun_matches_one_process(tmp_path):
     give the gradients of one process doing plain backpropagation over all labels."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "XMCBENCH_HOME": str(tmp_path / "home")}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--nnodes", "1",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
-        str(WORKER), "dexml_step", str(tmp_path),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--nnodes",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:0",
+        str(WORKER),
+        "dexml_step",
+        str(tmp_path),
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -52,7 +52,12 @@ def test_groups_split_by_decay_and_keep_their_learning_rates():
     groups = {(g["group"], g["weight_decay"]): g for g in opt.param_groups}
     assert set(groups) == {(0, 0.1), (0, 0.0), (1, 0.1)}
     assert groups[(0, 0.1)]["names"] == ["q_lin.weight"]
-    assert sorted(groups[(0, 0.0)]["names"]) == ["free_vectors", "q_lin.bias", "sa_layer_norm.bias", "sa_layer_norm.weight"]
+    assert sorted(groups[(0, 0.0)]["names"]) == [
+        "free_vectors",
+        "q_lin.bias",
+        "sa_layer_norm.bias",
+        "sa_layer_norm.weight",
+    ]
     assert groups[(1, 0.1)]["names"] == ["head.weight"] and groups[(1, 0.1)]["lr"] == 5e-3
     # Behaviour, not just bookkeeping: with zero gradients AdamW only applies decoupled decay,
     # which shrinks decayed weights by lr * wd and leaves the others untouched.

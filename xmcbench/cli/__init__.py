@@ -33,7 +33,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors on stderr; no progress bars."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug lines too (and the model libraries' own info)."),
 ) -> None:
@@ -64,8 +66,11 @@ def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
     package.setLevel(level)
     package.propagate = False
     # other libraries: warnings only (their info lines are noise at a run's rate), unless --verbose
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     bars = not quiet and sys.stderr.isatty()
     progress.set_enabled(bars)
     if not bars:

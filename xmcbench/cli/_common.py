@@ -6,7 +6,8 @@ import functools
 import io
 import json
 import math
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -104,6 +105,7 @@ def emit_rows(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = 
         typer.echo(buffer.getvalue(), nl=False)
         return
     if fmt == "markdown":
+
         def esc(text: str) -> str:
             return text.replace("|", "\\|")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -16,7 +16,9 @@ from xmcbench.cli._common import FormatHelp, check_format, console, emit_rows, h
 def compare(
     run_a: Annotated[str, typer.Argument(help="First run (id or unique prefix).")],
     run_b: Annotated[str, typer.Argument(help="Second run (id or unique prefix).")],
-    db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")
+    ] = None,
     n_boot: Annotated[int, typer.Option("--n-boot", min=1, help="Bootstrap replicates.")] = 1000,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap resampling.")] = 0,
     format: Annotated[str, typer.Option("--format", "-f", help=FormatHelp)] = "rich",
@@ -33,12 +35,34 @@ def compare(
     check_format(format)
     with Store.open(db, read_only=True) as store:
         result = compare_runs(store, run_a, run_b, n_boot=n_boot, seed=seed)
-    rows = [{"metric": r.name, "a": r.value_a, "b": r.value_b, "diff": r.diff, "lo": r.lo, "hi": r.hi,
-             "significant": bool(r.significant)} for r in result.rows]
+    rows = [
+        {
+            "metric": r.name,
+            "a": r.value_a,
+            "b": r.value_b,
+            "diff": r.diff,
+            "lo": r.lo,
+            "hi": r.hi,
+            "significant": bool(r.significant),
+        }
+        for r in result.rows
+    ]
     if format == "json":
-        typer.echo(strict_json({"run_a": result.run_a, "run_b": result.run_b, "dataset": result.dataset,
-                                "split": result.split, "n_queries": result.n_queries, "n_boot": result.n_boot,
-                                "rows": rows}, indent=2, ensure_ascii=False))
+        typer.echo(
+            strict_json(
+                {
+                    "run_a": result.run_a,
+                    "run_b": result.run_b,
+                    "dataset": result.dataset,
+                    "split": result.split,
+                    "n_queries": result.n_queries,
+                    "n_boot": result.n_boot,
+                    "rows": rows,
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
         return
     if format != "rich":
         emit_rows(rows, format)
@@ -53,6 +77,8 @@ def compare(
         colour = "green" if row.diff > 0 else "red"
         mark = f"[bold {colour}]*[/]" if row.significant else ""
         diff = f"[{colour}]{row.diff:+.2f}[/]" if row.significant else f"{row.diff:+.2f}"
-        table.add_row(escape(row.name), f"{row.value_a:.2f}", f"{row.value_b:.2f}", diff, f"[{row.lo:+.2f}, {row.hi:+.2f}]", mark)
+        table.add_row(
+            escape(row.name), f"{row.value_a:.2f}", f"{row.value_b:.2f}", diff, f"[{row.lo:+.2f}, {row.hi:+.2f}]", mark
+        )
     console.print(f"A = {escape(result.run_a)}\nB = {escape(result.run_b)}", highlight=False)
     print_rich(table)

@@ -46,11 +46,18 @@ def list_datasets(
         for spec in list_specs():
             state = dataset_status(spec)
             here = load_prepared(paths.dataset_prepared_dir(spec.name)).meta["counts"] if state == "prepared" else {}
-            rows.append({"name": spec.name, "synthetic": bool(spec.synthetic),
-                         **{split: spec.paper_counts.get(split) for split in ("train", "test", "labels")},
-                         **{f"{split}_here": here.get(split) for split in ("train", "test", "labels")},
-                         "query_text": spec.query_text, "propensity_a": spec.propensity_a,
-                         "propensity_b": spec.propensity_b, "status": state})
+            rows.append(
+                {
+                    "name": spec.name,
+                    "synthetic": bool(spec.synthetic),
+                    **{split: spec.paper_counts.get(split) for split in ("train", "test", "labels")},
+                    **{f"{split}_here": here.get(split) for split in ("train", "test", "labels")},
+                    "query_text": spec.query_text,
+                    "propensity_a": spec.propensity_a,
+                    "propensity_b": spec.propensity_b,
+                    "status": state,
+                }
+            )
         emit_rows(rows, format)
         return
 
@@ -66,8 +73,12 @@ def list_datasets(
         state = dataset_status(spec)
         if state == "prepared":
             here = load_prepared(paths.dataset_prepared_dir(spec.name)).meta["counts"]
-        status = {"prepared": "[green]prepared[/]", "complete": "[yellow]raw[/]", "partial": "[red]partial raw[/]",
-                  "missing": "[dim]missing[/]"}[state]
+        status = {
+            "prepared": "[green]prepared[/]",
+            "complete": "[yellow]raw[/]",
+            "partial": "[red]partial raw[/]",
+            "missing": "[dim]missing[/]",
+        }[state]
         cells = []
         for split in ("train", "test", "labels"):
             paper = spec.paper_counts.get(split)
@@ -85,11 +96,19 @@ def list_datasets(
 @handle_errors
 def download(
     name: NameArg,
-    source: Annotated[str | None, typer.Option(
-        "--source", "-s", metavar="URL|DIR|hf://ORG/REPO",
-        help="Fetch from here instead of the registry's default: an http(s) URL (archive or file), a local "
-             "directory or archive, hf://ORG/REPO or hf://ORG/REPO/SUBDIR (a Hugging Face dataset repo) or gdrive:ID.")] = None,
-    no_prepare: Annotated[bool, typer.Option("--no-prepare", help="Only download the raw files; do not build the prepared cache.")] = False,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source",
+            "-s",
+            metavar="URL|DIR|hf://ORG/REPO",
+            help="Fetch from here instead of the registry's default: an http(s) URL (archive or file), a local "
+            "directory or archive, hf://ORG/REPO or hf://ORG/REPO/SUBDIR (a Hugging Face dataset repo) or gdrive:ID.",
+        ),
+    ] = None,
+    no_prepare: Annotated[
+        bool, typer.Option("--no-prepare", help="Only download the raw files; do not build the prepared cache.")
+    ] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Download a dataset's raw files (resumable, checksummed), then prepare the cache.
@@ -102,8 +121,12 @@ def download(
     console.print(f"raw files: {raw_dir}", highlight=False, markup=False)
     if not no_prepare:
         ds = load_dataset(name, progress=not quiet)
-        console.print(f"prepared:  {ds.path}  ({_count(ds.n_queries('train'))} train, "
-                      f"{_count(ds.n_queries('test'))} test, {_count(ds.n_labels)} labels)", highlight=False, markup=False)
+        console.print(
+            f"prepared:  {ds.path}  ({_count(ds.n_queries('train'))} train, "
+            f"{_count(ds.n_queries('test'))} test, {_count(ds.n_labels)} labels)",
+            highlight=False,
+            markup=False,
+        )
 
 
 @app.command("prepare")
@@ -118,8 +141,11 @@ def prepare(
 
     spec = get_spec(name)
     if not force and dataset_status(spec) == "prepared":
-        console.print(f"{spec.name}: prepared cache is up to date in {paths.dataset_prepared_dir(spec.name)}",
-                      highlight=False, markup=False)
+        console.print(
+            f"{spec.name}: prepared cache is up to date in {paths.dataset_prepared_dir(spec.name)}",
+            highlight=False,
+            markup=False,
+        )
         return
     ds = load_dataset(spec.name, rebuild=force, progress=not quiet)  # never downloads
     console.print(f"prepared: {ds.path}", highlight=False, markup=False)
@@ -140,16 +166,25 @@ def info(
     ds = load_dataset(name, progress=not quiet)  # prepares from raw files when needed; never downloads
     unlabelled = {split: int(ds.stats[split]["empty_rows"]) for split in ("train", "test")}
     if as_json:  # stdout holds nothing but the JSON (progress and messages go to stderr)
-        typer.echo(strict_json({"name": ds.name, "counts": ds.meta["counts"], "rows_without_labels": unlabelled,
-                                "stats": ds.stats}, indent=2))
+        typer.echo(
+            strict_json(
+                {"name": ds.name, "counts": ds.meta["counts"], "rows_without_labels": unlabelled, "stats": ds.stats},
+                indent=2,
+            )
+        )
         return
     paper = ds.spec.paper_counts
     console.print(
         f"[bold]{escape(ds.name)}[/]  query text: {escape(ds.query_text)}  ·  propensity A/B: {ds.propensity_a:g} / "
-        f"{ds.propensity_b:g}  ·  version {ds.version}", highlight=False)
+        f"{ds.propensity_b:g}  ·  version {ds.version}",
+        highlight=False,
+    )
     console.print(f"[dim]{escape(str(ds.path))}[/]", highlight=False)
-    console.print(f"rows without any label: {unlabelled['test']:,} of {ds.n_queries('test'):,} test, "
-                  f"{unlabelled['train']:,} of {ds.n_queries('train'):,} train", highlight=False)
+    console.print(
+        f"rows without any label: {unlabelled['test']:,} of {ds.n_queries('test'):,} test, "
+        f"{unlabelled['train']:,} of {ds.n_queries('train'):,} train",
+        highlight=False,
+    )
     table = Table(show_header=True)
     table.add_column("statistic")
     table.add_column("value", justify="right")
@@ -187,7 +222,9 @@ def verify(name: NameArg) -> None:
             f"{report.dataset}: {'; '.join(report.problems())}; run `xmcbench datasets download {report.dataset}` "
             "to fetch the files again"
         )
-    console.print(f"{report.dataset}: all {len(report.files)} raw files match {MANIFEST_NAME}", highlight=False, markup=False)
+    console.print(
+        f"{report.dataset}: all {len(report.files)} raw files match {MANIFEST_NAME}", highlight=False, markup=False
+    )
 
 
 @app.command("synth")
@@ -198,7 +235,10 @@ def synth(
     train: Annotated[int, typer.Option("--train", min=1, help="Number of training queries.")],
     test: Annotated[int, typer.Option("--test", min=1, help="Number of test queries.")],
     seed: Annotated[int, typer.Option("--seed", help="Random seed (the same seed gives the same files).")] = 0,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing synthetic dataset of that name made with other parameters.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace an existing synthetic dataset of that name made with other parameters."),
+    ] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Generate a synthetic dataset in the exact LF raw format (Zipfian labels, label texts, filter
@@ -206,12 +246,14 @@ def synth(
     from xmcbench.data import load_dataset
     from xmcbench.data.stats import stats_rows
 
-    ds = load_dataset(name, synthetic={"labels": labels, "train": train, "test": test, "seed": seed}, force=force,
-                      progress=not quiet)
+    ds = load_dataset(
+        name, synthetic={"labels": labels, "train": train, "test": test, "seed": seed}, force=force, progress=not quiet
+    )
     raw_dir = paths.dataset_raw_dir(ds.spec.raw_group)
-    console.print(f"synthetic dataset {ds.name}: raw files in {raw_dir}, prepared in {ds.path}", highlight=False, markup=False)
+    console.print(
+        f"synthetic dataset {ds.name}: raw files in {raw_dir}, prepared in {ds.path}", highlight=False, markup=False
+    )
     table = Table(show_header=False)
     for stat, value in stats_rows(ds.stats):
         table.add_row(stat, value)
     console.print(table)
-

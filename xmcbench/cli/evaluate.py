@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich import box
@@ -32,25 +32,58 @@ class Format(str, Enum):
 
 @handle_errors
 def evaluate(
-    predictions: Annotated[Path, typer.Option(
-        "--predictions", "-p", help="Predicted scores, (queries x labels): sparse text (XC format, may be .gz) or "
-        ".npz (scipy.sparse.save_npz). Every stored entry is a prediction.")],
-    truth: Annotated[Optional[Path], typer.Option(
-        "--truth", "-t", help="Ground truth (queries x labels), sparse text or .npz; stored non-zeros are relevant.")] = None,
-    train_truth: Annotated[Optional[Path], typer.Option(
-        "--train-truth", help="Training labels, for the inverse propensities of PSP/PSnDCG (A/B default "
-        f"{DEFAULT_A}/{DEFAULT_B} unless --A/--B are given).")] = None,
-    a: Annotated[Optional[float], typer.Option("--A", help="Propensity A (0.55 generic, 0.6 Amazon, 0.5 Wikipedia-500K).")] = None,
-    b: Annotated[Optional[float], typer.Option("--B", help="Propensity B (1.5 generic, 2.6 Amazon, 0.4 Wikipedia-500K).")] = None,
-    filter: Annotated[Optional[Path], typer.Option(
-        "--filter", help="Filter file: 'doc_index label_index' pairs removed from the predictions before top-k.")] = None,
+    predictions: Annotated[
+        Path,
+        typer.Option(
+            "--predictions",
+            "-p",
+            help="Predicted scores, (queries x labels): sparse text (XC format, may be .gz) or "
+            ".npz (scipy.sparse.save_npz). Every stored entry is a prediction.",
+        ),
+    ],
+    truth: Annotated[
+        Path | None,
+        typer.Option(
+            "--truth", "-t", help="Ground truth (queries x labels), sparse text or .npz; stored non-zeros are relevant."
+        ),
+    ] = None,
+    train_truth: Annotated[
+        Path | None,
+        typer.Option(
+            "--train-truth",
+            help="Training labels, for the inverse propensities of PSP/PSnDCG (A/B default "
+            f"{DEFAULT_A}/{DEFAULT_B} unless --A/--B are given).",
+        ),
+    ] = None,
+    a: Annotated[
+        float | None, typer.Option("--A", help="Propensity A (0.55 generic, 0.6 Amazon, 0.5 Wikipedia-500K).")
+    ] = None,
+    b: Annotated[
+        float | None, typer.Option("--B", help="Propensity B (1.5 generic, 2.6 Amazon, 0.4 Wikipedia-500K).")
+    ] = None,
+    filter: Annotated[
+        Path | None,
+        typer.Option(
+            "--filter", help="Filter file: 'doc_index label_index' pairs removed from the predictions before top-k."
+        ),
+    ] = None,
     k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.")] = "1,3,5",
-    fmt: Annotated[Format, typer.Option(
-        "--format", help="rich: a table with two decimals; json: one JSON object metric -> value (4 decimals; "
-        "\\[value, lo, hi] with --ci); markdown: a table; csv: metric,value(,lo,hi) rows.")] = Format.rich,
-    dataset: Annotated[Optional[str], typer.Option(
-        "--dataset", help="Use this prepared dataset's test labels, filter pairs, training labels and propensity A/B "
-        "instead of --truth/--train-truth/--filter.")] = None,
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            help="rich: a table with two decimals; json: one JSON object metric -> value (4 decimals; "
+            "\\[value, lo, hi] with --ci); markdown: a table; csv: metric,value(,lo,hi) rows.",
+        ),
+    ] = Format.rich,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            help="Use this prepared dataset's test labels, filter pairs, training labels and propensity A/B "
+            "instead of --truth/--train-truth/--filter.",
+        ),
+    ] = None,
     ci: Annotated[bool, typer.Option("--ci", help="Add 95% bootstrap intervals over queries.")] = False,
     n_boot: Annotated[int, typer.Option("--n-boot", min=1, max=MAX_BOOT, help="Bootstrap replicates for --ci.")] = 1000,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the bootstrap for --ci.")] = 0,
@@ -72,7 +105,9 @@ def evaluate(
     pred = _load(predictions, scores=True)
     title = predictions.name
     if dataset is not None:
-        given = [name for name, value in (("--truth", truth), ("--train-truth", train_truth), ("--filter", filter)) if value]
+        given = [
+            name for name, value in (("--truth", truth), ("--train-truth", train_truth), ("--filter", filter)) if value
+        ]
         if given:
             raise XmcbenchError(f"--dataset replaces {', '.join(given)}; give one or the other")
         from xmcbench.data import load_dataset
@@ -164,7 +199,9 @@ def _load(path: Path, scores: bool = False):
         # as_predictions also rejects a label scored twice in a row; labels may repeat (they are binarised).
         return as_predictions(matrix, name=str(path)) if scores else check_sparse(matrix, path)
     except MemoryError:
-        raise XmcbenchError(f"{path}: too large to load into memory; check the header's row and column counts") from None
+        raise XmcbenchError(
+            f"{path}: too large to load into memory; check the header's row and column counts"
+        ) from None
 
 
 def _grid(scores: dict[str, tuple[float, ...]], ks: tuple[int, ...]) -> tuple[list[str], dict[str, list[str]]]:

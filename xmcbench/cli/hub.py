@@ -21,8 +21,11 @@ def _human(n: int) -> str:
 def _report(result, what: str) -> None:
     folder = result.folder
     if result.dry_run:
-        console.print(f"[bold]dry run[/]: would upload {len(folder.files)} files ({_human(folder.size())}) "
-                      f"to {result.url}" + (f" (branch {result.revision})" if result.revision else ""), highlight=False)
+        console.print(
+            f"[bold]dry run[/]: would upload {len(folder.files)} files ({_human(folder.size())}) "
+            f"to {result.url}" + (f" (branch {result.revision})" if result.revision else ""),
+            highlight=False,
+        )
         for name in folder.files:
             console.print(f"  {name}  {_human((folder.path / name).stat().st_size)}", highlight=False)
         console.print(f"folder written to {folder.path}", highlight=False)
@@ -35,10 +38,22 @@ def push(
     run_id: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough) or run folder.")],
     repo: Annotated[str, typer.Option("--repo", help="Hub model repo, ORG/NAME.")],
     private: Annotated[bool, typer.Option("--private", help="Create the repo private.")] = False,
-    revision: Annotated[str | None, typer.Option("--revision", help="Branch to push to (created from main if new).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write the folder and card locally and list what would be uploaded; upload nothing.")] = False,
-    license: Annotated[str, typer.Option("--license", help="License id for the card's metadata (e.g. apache-2.0, mit).")] = "other",
-    out: Annotated[Path | None, typer.Option("--out", help="Where to build the upload folder (default: $XMCBENCH_HOME/hub/push/RUN_ID).")] = None,
+    revision: Annotated[
+        str | None, typer.Option("--revision", help="Branch to push to (created from main if new).")
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Write the folder and card locally and list what would be uploaded; upload nothing."
+        ),
+    ] = False,
+    license: Annotated[
+        str, typer.Option("--license", help="License id for the card's metadata (e.g. apache-2.0, mit).")
+    ] = "other",
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Where to build the upload folder (default: $XMCBENCH_HOME/hub/push/RUN_ID)."),
+    ] = None,
 ) -> None:
     """Push a finished run's trained model (sentence-transformers folder + method parts), model card, record and recipe.
 
@@ -54,8 +69,12 @@ def push(
 def push_results(
     repo: Annotated[str, typer.Option("--repo", help="Hub dataset repo, ORG/NAME.")],
     private: Annotated[bool, typer.Option("--private", help="Create the repo private.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write the files locally and list them; upload nothing.")] = False,
-    db: Annotated[Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Write the files locally and list them; upload nothing.")
+    ] = False,
+    db: Annotated[
+        Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")
+    ] = None,
 ) -> None:
     """Share the database's finished runs (records, not models) in a Hub dataset repo, one file per run."""
     from xmcbench.hub import push_results as push_records

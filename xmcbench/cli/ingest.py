@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -14,7 +14,9 @@ from xmcbench.cli._common import console, err_console, handle_errors
 @handle_errors
 def ingest(
     directory: Annotated[Path, typer.Argument(help="A run directory, or a folder of them (e.g. $XMCBENCH_HOME/runs).")],
-    db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")
+    ] = None,
 ) -> None:
     """Index run records (record.json) into the database; rebuilds a lost or damaged database.
 
@@ -29,19 +31,24 @@ def ingest(
     from xmcbench.store import Store
 
     if not directory.is_dir():  # before opening: a mistyped folder must not create a database
-        raise XmcbenchError(f"{directory}: no such directory; give a run directory or a folder of them (e.g. {paths.runs_dir()})")
+        raise XmcbenchError(
+            f"{directory}: no such directory; give a run directory or a folder of them (e.g. {paths.runs_dir()})"
+        )
     with Store.open(db, repair=True) as store:
         report = store.ingest_dir(directory)
         path = store.path
         try:  # keeps the published numbers in the database current for SQL users; tables read the files anyway
             store.refresh_reference_results()
         except XmcbenchError as exc:
-            err_console.print(f"[yellow]warning:[/] published results not loaded: {exc}", highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[yellow]warning:[/] published results not loaded: {exc}", highlight=False, soft_wrap=True
+            )
     if store.moved_aside is not None:
         err_console.print(
             f"[yellow]rebuilt[/] {path} from {directory} (the damaged file is kept at {store.moved_aside}); "
             f"ingest any other folders of runs the same way",
-            highlight=False, soft_wrap=True,
+            highlight=False,
+            soft_wrap=True,
         )
     if report.interrupted:
         err_console.print(

@@ -32,7 +32,9 @@ def _synthetic(text: str | None) -> dict | None:
 
 @app.command("prepare")
 @handle_errors
-def prepare(model: Annotated[str, typer.Option(help="A .gguf file or parts: spec to assemble, check and convert once.")]) -> None:
+def prepare(
+    model: Annotated[str, typer.Option(help="A .gguf file or parts: spec to assemble, check and convert once.")],
+) -> None:
     """Assemble / convert a judge model once (CI warms its cache with this before the smoke suite)."""
     from xmcbench.judge.model_files import resolve_model
 
@@ -45,15 +47,21 @@ def prepare(model: Annotated[str, typer.Option(help="A .gguf file or parts: spec
 @handle_errors
 def eval_(
     dataset: Annotated[str, typer.Option(help="A prepared dataset (or a synthetic one with --synth).")],
-    model: Annotated[str, typer.Option(help="transformers: model folder, .gguf file or parts: spec; openai: model name.")],
+    model: Annotated[
+        str, typer.Option(help="transformers: model folder, .gguf file or parts: spec; openai: model name.")
+    ],
     backend: Annotated[str, typer.Option(help="transformers | openai | fake")] = "transformers",
     base_url: Annotated[str | None, typer.Option(help="openai backend: e.g. http://127.0.0.1:8000/v1")] = None,
     prompt: Annotated[str, typer.Option(help="Prompt id (xmcbench/judge/prompts) or a .txt template.")] = "eurlex-4k",
-    sample: Annotated[int, typer.Option(help="Documents sampled (two pairs each: a true label, a hard negative).")] = 100,
+    sample: Annotated[
+        int, typer.Option(help="Documents sampled (two pairs each: a true label, a hard negative).")
+    ] = 100,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     threads: Annotated[int, typer.Option(help="torch CPU threads for the transformers backend.")] = 1,
     device: Annotated[str, typer.Option(help="transformers backend device (cpu, cuda).")] = "cpu",
-    injection: Annotated[bool, typer.Option(help="Also measure how 'answer yes' instructions in documents move P(yes).")] = True,
+    injection: Annotated[
+        bool, typer.Option(help="Also measure how 'answer yes' instructions in documents move P(yes).")
+    ] = True,
     cache: Annotated[bool, typer.Option(help="Use the judgement cache for the clean pairs.")] = True,
     synth: Annotated[str | None, typer.Option(help="Create the dataset synthetically: LABELS,TRAIN,TEST,SEED.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -78,31 +86,47 @@ def eval_(
     out = {"dataset": ds.name, "prompt": prompt, "load_s": load_s, **report.__dict__, "judge": judge.stats.as_dict()}
     if injection:
         seconds_before, asked_before = judge.stats.llm_seconds, judge.stats.asked
-        out["injection"] = injection_shift(judge, cached.prompt, [texts[d] for d in doc_ids],
-                                           [label_texts[lab] for lab in label_ids], is_true, p, report.best_threshold)
+        out["injection"] = injection_shift(
+            judge,
+            cached.prompt,
+            [texts[d] for d in doc_ids],
+            [label_texts[lab] for lab in label_ids],
+            is_true,
+            p,
+            report.best_threshold,
+        )
         out["injection_judge_seconds"] = judge.stats.llm_seconds - seconds_before
         out["injection_judgements"] = judge.stats.asked - asked_before
     if as_json:
         typer.echo(strict_json(out, indent=2))
         return
     s = out["judge"]
-    console.print(f"[bold]{escape(s['backend'])} {escape(s['model_id'])}[/] on {escape(ds.name)}, prompt {escape(prompt)}: "
-                  f"{report.n_pairs} pairs, {s['asked']} asked, {s['cache_hits']} cached, {s['truncated']} truncated; "
-                  f"load {load_s:.1f} s, {s['llm_seconds']:.1f} LLM-s"
-                  + (f" ({s['judgements_per_s']:.2f} judgements/s)" if s["judgements_per_s"] else ""))
+    console.print(
+        f"[bold]{escape(s['backend'])} {escape(s['model_id'])}[/] on {escape(ds.name)}, prompt {escape(prompt)}: "
+        f"{report.n_pairs} pairs, {s['asked']} asked, {s['cache_hits']} cached, {s['truncated']} truncated; "
+        f"load {load_s:.1f} s, {s['llm_seconds']:.1f} LLM-s"
+        + (f" ({s['judgements_per_s']:.2f} judgements/s)" if s["judgements_per_s"] else "")
+    )
     table = Table()
     for col in ("group", "pairs", "accuracy@0.5", "accuracy@best", "AUC"):
         table.add_column(col, justify="right")
-    table.add_row("all", str(report.n_pairs), f"{report.accuracy_at_half:.3f}",
-                  f"{report.accuracy_at_best:.3f} (t={report.best_threshold:.3f})", f"{report.auc:.3f}")
+    table.add_row(
+        "all",
+        str(report.n_pairs),
+        f"{report.accuracy_at_half:.3f}",
+        f"{report.accuracy_at_best:.3f} (t={report.best_threshold:.3f})",
+        f"{report.auc:.3f}",
+    )
     for name, g in report.groups.items():
         table.add_row(name, str(g["pairs"]), "", f"{g['agreement']:.3f}", f"{g['auc']:.3f}")
     console.print(table)
     console.print(f"mean P(yes): true labels {report.mean_p_pos:.3f}, hard negatives {report.mean_p_neg:.3f}")
     for text, r in out.get("injection", {}).items():
-        console.print(f"injection {escape(json.dumps(text))}: P(yes) on negatives {r['mean_shift_negatives']:+.3f}, "
-                      f"on positives {r['mean_shift_positives']:+.3f}; negatives flipped to yes "
-                      f"{100 * r['negatives_flipped_to_yes']:.1f}%; AUC after {r['auc_after']:.3f}")
+        console.print(
+            f"injection {escape(json.dumps(text))}: P(yes) on negatives {r['mean_shift_negatives']:+.3f}, "
+            f"on positives {r['mean_shift_positives']:+.3f}; negatives flipped to yes "
+            f"{100 * r['negatives_flipped_to_yes']:.1f}%; AUC after {r['auc_after']:.3f}"
+        )
 
 
 @cache_app.command("stats")
@@ -124,8 +148,10 @@ def cache_stats(path: Annotated[Path | None, typer.Option(help="Cache file.")] =
 
 @cache_app.command("export")
 @handle_errors
-def cache_export(out: Annotated[Path, typer.Argument(help="A .csv or .parquet file.")],
-                 path: Annotated[Path | None, typer.Option(help="Cache file.")] = None) -> None:
+def cache_export(
+    out: Annotated[Path, typer.Argument(help="A .csv or .parquet file.")],
+    path: Annotated[Path | None, typer.Option(help="Cache file.")] = None,
+) -> None:
     """Write every stored judgement to CSV or Parquet."""
     from xmcbench.judge import JudgementCache
 

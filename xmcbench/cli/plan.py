@@ -15,10 +15,18 @@ from xmcbench.cli._common import console, err_console, handle_errors
 @handle_errors
 def plan(
     recipe: Annotated[Path, typer.Argument(help="Recipe YAML file.")],
-    gpu: Annotated[str, typer.Option(help="Device: A100-40GB, A100-80GB, H100-80GB, H200-141GB, V100-32GB, ...")] = "A100-40GB",
-    num_gpus: Annotated[int | None, typer.Option("--num-gpus", "-n", help="GPUs (default: the recipe's hardware.num_gpus).")] = None,
-    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="Memory per device in GB (overrides the device table).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a recipe key, e.g. training.batch_size=4096.")] = None,
+    gpu: Annotated[
+        str, typer.Option(help="Device: A100-40GB, A100-80GB, H100-80GB, H200-141GB, V100-32GB, ...")
+    ] = "A100-40GB",
+    num_gpus: Annotated[
+        int | None, typer.Option("--num-gpus", "-n", help="GPUs (default: the recipe's hardware.num_gpus).")
+    ] = None,
+    gpu_mem: Annotated[
+        float | None, typer.Option("--gpu-mem", help="Memory per device in GB (overrides the device table).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a recipe key, e.g. training.batch_size=4096.")
+    ] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
 ) -> None:
     """Estimate, before a run, GPU memory per device, label-embedding and classifier sizes, step time and

@@ -34,8 +34,15 @@ def list_recipes(
         method = (data.get("method") or {}).get("name") if isinstance(data.get("method"), dict) else None
         dataset = data.get("dataset")
         dataset = dataset.get("name") if isinstance(dataset, dict) else dataset
-        rows.append({"name": name, "method": method, "dataset": dataset,
-                     "description": (data.get("description") or "").strip() or None, "path": str(path)})
+        rows.append(
+            {
+                "name": name,
+                "method": method,
+                "dataset": dataset,
+                "description": (data.get("description") or "").strip() or None,
+                "path": str(path),
+            }
+        )
     if format != "rich":
         emit_rows(rows, format)
         return

@@ -6,7 +6,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -30,11 +30,27 @@ def print_scores(record: dict) -> None:
 
 @handle_errors
 def run(
-    recipe: Annotated[Optional[str], typer.Argument(help="Recipe YAML file, or a shipped recipe's name such as smoke/tfidf (see `xmcbench recipes list`; not needed with --resume).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a recipe key: --set training.epochs=3 (repeatable; value parsed as YAML).")] = None,
-    db: Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
-    runs_dir: Annotated[Optional[Path], typer.Option(help="Where run directories go (default: $XMCBENCH_HOME/runs).")] = None,
-    resume: Annotated[Optional[str], typer.Option(help="Continue an interrupted or failed run (run id or its prefix).")] = None,
+    recipe: Annotated[
+        str | None,
+        typer.Argument(
+            help="Recipe YAML file, or a shipped recipe's name such as smoke/tfidf (see `xmcbench recipes list`; not needed with --resume)."
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="Override a recipe key: --set training.epochs=3 (repeatable; value parsed as YAML)."
+        ),
+    ] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")
+    ] = None,
+    runs_dir: Annotated[
+        Path | None, typer.Option(help="Where run directories go (default: $XMCBENCH_HOME/runs).")
+    ] = None,
+    resume: Annotated[
+        str | None, typer.Option(help="Continue an interrupted or failed run (run id or its prefix).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars; logs only.")] = False,
 ) -> None:
     """Run a recipe end to end: prepare the dataset, fit, predict top-k, evaluate, record and ingest.
@@ -51,11 +67,20 @@ def run(
     loaded = load_recipe(recipe, set_ or []) if recipe is not None else None
     command = "xmcbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
-        result = run_recipe(loaded, recipe_path=str(recipe) if recipe else None, runs_dir=runs_dir, db=db,
-                            resume=resume, progress=not quiet, command=command)
+        result = run_recipe(
+            loaded,
+            recipe_path=str(recipe) if recipe else None,
+            runs_dir=runs_dir,
+            db=db,
+            resume=resume,
+            progress=not quiet,
+            command=command,
+        )
     except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]: the run is recorded as interrupted; resume it with "
-                          "`xmcbench run --resume <run id>` (see `xmcbench runs list`)")
+        err_console.print(
+            "[yellow]interrupted[/]: the run is recorded as interrupted; resume it with "
+            "`xmcbench run --resume <run id>` (see `xmcbench runs list`)"
+        )
         raise typer.Exit(130) from None
     if int(os.environ.get("RANK", "0")) != 0:
         return  # under torchrun, rank 0 reports
@@ -69,7 +94,7 @@ def run(
 @handle_errors
 def validate(
     recipes: Annotated[list[Path], typer.Argument(help="Recipe files to check.")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Overrides to check as well (a.b=c).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Overrides to check as well (a.b=c).")] = None,
 ) -> None:
     """Check recipes without running them; report every problem at once (file, key, hint).
 
@@ -81,13 +106,18 @@ def validate(
     bad = 0
     for path in recipes:
         if path.is_dir():
-            err_console.print(f"[red]✗[/] {escape(str(path))}: a folder; give recipe files (e.g. {escape(str(path))}/*.yaml)",
-                              highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[red]✗[/] {escape(str(path))}: a folder; give recipe files (e.g. {escape(str(path))}/*.yaml)",
+                highlight=False,
+                soft_wrap=True,
+            )
             bad += 1
             continue
         if path.parent.name in FRAGMENTS:
-            console.print(f"[dim]– {escape(str(path))} (include fragment, checked through the recipes that include it)[/]",
-                          highlight=False)
+            console.print(
+                f"[dim]– {escape(str(path))} (include fragment, checked through the recipes that include it)[/]",
+                highlight=False,
+            )
             continue
         _, problems = check_recipe(path, set_ or [])
         if problems:

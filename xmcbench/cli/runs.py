@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -23,7 +23,9 @@ from xmcbench.cli._common import (
 
 app = typer.Typer(help="List and inspect the runs indexed in the results database.", no_args_is_help=True)
 
-DbOption = Annotated[Optional[Path], typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")]
+DbOption = Annotated[
+    Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")
+]
 # record.STATUSES, spelled out so that `xmcbench --help` need not import the store (and DuckDB);
 # a test keeps the two equal. As an Enum, click refuses anything else and lists these.
 RunStatus = Enum("RunStatus", {name: name for name in ("running", "finished", "failed", "interrupted")}, type=str)
@@ -33,9 +35,14 @@ _STATUS_STYLE = {"finished": "green", "running": "cyan", "failed": "red", "inter
 @app.command("list")
 @handle_errors
 def list_runs(
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Only runs on this dataset (case-insensitive).")] = None,
-    method: Annotated[Optional[str], typer.Option("--method", "-m", help="Only runs of this method.")] = None,
-    status: Annotated[Optional[RunStatus], typer.Option(help="Only runs with this status (a running run whose process is gone counts as interrupted).")] = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", "-d", help="Only runs on this dataset (case-insensitive).")
+    ] = None,
+    method: Annotated[str | None, typer.Option("--method", "-m", help="Only runs of this method.")] = None,
+    status: Annotated[
+        RunStatus | None,
+        typer.Option(help="Only runs with this status (a running run whose process is gone counts as interrupted)."),
+    ] = None,
     db: DbOption = None,
     format: Annotated[str, typer.Option("--format", "-f", help=FormatHelp)] = "rich",
 ) -> None:
@@ -49,19 +56,52 @@ def list_runs(
         p1 = {s["run_id"]: s["value"] for s in store.scores(dataset=dataset, method=method, names=["P@1"])}
         path = store.path
     if format != "rich":
-        emit_rows([{"run_id": r["run_id"], "status": r["status"], "dataset": r["dataset"], "split": r["split"],
-                    "method": r["method"], "encoder": r["encoder"], "supervision": r.get("supervision"),
+        emit_rows(
+            [
+                {
+                    "run_id": r["run_id"],
+                    "status": r["status"],
+                    "dataset": r["dataset"],
+                    "split": r["split"],
+                    "method": r["method"],
+                    "encoder": r["encoder"],
+                    "supervision": r.get("supervision"),
                     "P@1": p1.get(r["run_id"]),
-                    "created_at": r["created_at"].isoformat() if r["created_at"] else None} for r in runs], format)
+                    "created_at": r["created_at"].isoformat() if r["created_at"] else None,
+                }
+                for r in runs
+            ],
+            format,
+        )
         return
     if not runs:
-        console.print(f"no runs in {path} match; index run directories with `xmcbench ingest DIR`", highlight=False, markup=False)
+        console.print(
+            f"no runs in {path} match; index run directories with `xmcbench ingest DIR`", highlight=False, markup=False
+        )
         return
-    columns = [("run id", "left"), ("status", "left"), ("dataset", "left"), ("split", "left"),
-               ("method", "left"), ("encoder", "left"), ("P@1", "right"), ("created (UTC)", "left")]
-    rows = [[run["run_id"], run["status"], run["dataset"], run["split"], run["method"], run["encoder"] or "–",
-             f"{p1[run['run_id']]:.2f}" if run["run_id"] in p1 else "–",
-             f"{run['created_at']:%Y-%m-%d %H:%M}" if run["created_at"] else "–"] for run in runs]
+    columns = [
+        ("run id", "left"),
+        ("status", "left"),
+        ("dataset", "left"),
+        ("split", "left"),
+        ("method", "left"),
+        ("encoder", "left"),
+        ("P@1", "right"),
+        ("created (UTC)", "left"),
+    ]
+    rows = [
+        [
+            run["run_id"],
+            run["status"],
+            run["dataset"],
+            run["split"],
+            run["method"],
+            run["encoder"] or "–",
+            f"{p1[run['run_id']]:.2f}" if run["run_id"] in p1 else "–",
+            f"{run['created_at']:%Y-%m-%d %H:%M}" if run["created_at"] else "–",
+        ]
+        for run in runs
+    ]
     # In a narrow terminal, whole columns go (least needed first) rather than squeezing any: the
     # run id in particular stays whole, for `runs show` and `compare`.
     keep = list(range(len(columns)))
@@ -74,8 +114,9 @@ def list_runs(
     table = Table(title=f"{len(runs)} runs in {escape(str(path))}")
     for i in keep:
         header, justify = columns[i]
-        table.add_column(header, justify=justify, no_wrap=True,
-                         min_width=max(len(r[0]) for r in rows) if i == 0 else None)
+        table.add_column(
+            header, justify=justify, no_wrap=True, min_width=max(len(r[0]) for r in rows) if i == 0 else None
+        )
     for run, row in zip(runs, rows, strict=True):
         cells = [escape(row[i]) for i in keep]
         style = _STATUS_STYLE.get(run["status"], "")
@@ -83,7 +124,9 @@ def list_runs(
             cells[keep.index(1)] = f"[{style}]{cells[keep.index(1)]}[/]"
         table.add_row(*cells)
     if len(keep) < len(columns):
-        table.caption = "not shown for lack of width: " + ", ".join(columns[i][0] for i in range(len(columns)) if i not in keep)
+        table.caption = "not shown for lack of width: " + ", ".join(
+            columns[i][0] for i in range(len(columns)) if i not in keep
+        )
     print_rich(table)
 
 
@@ -92,9 +135,16 @@ def list_runs(
 def show(
     run_id: Annotated[str, typer.Argument(help="Run id, or a prefix that matches one run.")],
     db: DbOption = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="rich, markdown, csv or json. json: the run record with "
-                                        "'status' (effective), 'run_dir' and 'train_log' (per-epoch facts) added; "
-                                        "csv / markdown: its scores.")] = "rich",
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="rich, markdown, csv or json. json: the run record with "
+            "'status' (effective), 'run_dir' and 'train_log' (per-epoch facts) added; "
+            "csv / markdown: its scores.",
+        ),
+    ] = "rich",
 ) -> None:
     """One run's record: task, scores with 95% CIs, compute, method accounting, provenance, loss curve."""
     from xmcbench.store import Store
@@ -106,18 +156,39 @@ def show(
     record = run["record"]
     train_log = read_train_log(run["run_dir"])
     if format == "json":
-        typer.echo(strict_json({**record, "status": run["status"], "recorded_status": record.get("status"),
-                                "run_dir": str(run["run_dir"]) if run["run_dir"] else None, "train_log": train_log},
-                               indent=2, ensure_ascii=False, default=str))
+        typer.echo(
+            strict_json(
+                {
+                    **record,
+                    "status": run["status"],
+                    "recorded_status": record.get("status"),
+                    "run_dir": str(run["run_dir"]) if run["run_dir"] else None,
+                    "train_log": train_log,
+                },
+                indent=2,
+                ensure_ascii=False,
+                default=str,
+            )
+        )
         return
     if format != "rich":
-        emit_rows([{"metric": s["name"], "value": s["value"], "ci_lo": s.get("ci_lo"), "ci_hi": s.get("ci_hi")}
-                   for s in record.get("scores") or []], format)
+        emit_rows(
+            [
+                {"metric": s["name"], "value": s["value"], "ci_lo": s.get("ci_lo"), "ci_hi": s.get("ci_hi")}
+                for s in record.get("scores") or []
+            ],
+            format,
+        )
         return
     style = _STATUS_STYLE.get(run["status"], "")
     gone = " (recorded as running; its process is gone)" if run["status"] != record["status"] else ""
-    console.print(f"[bold]{escape(record['run_id'])}[/]  [{style}]{escape(str(run['status']))}[/]{gone}", highlight=False)
-    console.print(f"created {record.get('created_at')}  finished {record.get('finished_at') or '–'}  dir {escape(str(run['run_dir'] or '–'))}", highlight=False)
+    console.print(
+        f"[bold]{escape(record['run_id'])}[/]  [{style}]{escape(str(run['status']))}[/]{gone}", highlight=False
+    )
+    console.print(
+        f"created {record.get('created_at')}  finished {record.get('finished_at') or '–'}  dir {escape(str(run['run_dir'] or '–'))}",
+        highlight=False,
+    )
     if record.get("error"):
         console.print(f"[red]error:[/] {escape(record['error'])}", highlight=False)
     console.print(_fields("task", record.get("task")))
@@ -172,8 +243,11 @@ def loss_curve(entries: list[dict[str, Any]], height: int = 8, width: int = 50) 
     span = (hi - lo) or 1.0
     cols = min(width, len(points))
     grid = [[" "] * cols for _ in range(height)]
-    for i, v in enumerate(values[:cols] if len(values) <= cols else
-                          [values[round(j * (len(values) - 1) / (cols - 1))] for j in range(cols)]):
+    for i, v in enumerate(
+        values[:cols]
+        if len(values) <= cols
+        else [values[round(j * (len(values) - 1) / (cols - 1))] for j in range(cols)]
+    ):
         row = height - 1 - round((v - lo) / span * (height - 1))
         grid[row][i] = "●"
     lines.append(f"loss per epoch ({len(points)} epochs)")
@@ -218,7 +292,13 @@ def _scores(record: dict) -> Table:
     for name in groups:
         table.add_column(escape(name), justify="right")
     for score in record.get("scores") or []:
-        ci = f"{score['ci_lo']:.2f} – {score['ci_hi']:.2f}" if score.get("ci_lo") is not None and score.get("ci_hi") is not None else "–"
+        ci = (
+            f"{score['ci_lo']:.2f} – {score['ci_hi']:.2f}"
+            if score.get("ci_lo") is not None and score.get("ci_hi") is not None
+            else "–"
+        )
         by_group = [groups[g].get(score["name"]) for g in groups]
-        table.add_row(escape(score["name"]), f"{score['value']:.2f}", ci, *("–" if v is None else f"{v:.2f}" for v in by_group))
+        table.add_row(
+            escape(score["name"]), f"{score['value']:.2f}", ci, *("–" if v is None else f"{v:.2f}" for v in by_group)
+        )
     return table

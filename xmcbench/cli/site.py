@@ -14,8 +14,17 @@ from xmcbench.cli._common import console, err_console, handle_errors
 @handle_errors
 def site(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the pages into (created if needed).")],
-    dataset: Annotated[list[str] | None, typer.Option("--dataset", "-d", help="Only these datasets (repeatable; default: every dataset with published numbers or runs).")] = None,
-    db: Annotated[Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help="Only these datasets (repeatable; default: every dataset with published numbers or runs).",
+        ),
+    ] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")
+    ] = None,
 ) -> None:
     """Write a static leaderboard site: index.html (every dataset) and one page per dataset.
 
@@ -29,7 +38,12 @@ def site(
 
     with Store.open(db, read_only=True, missing_ok=db is None) as store:
         if not store.exists:
-            err_console.print(f"[yellow]note:[/] no results database at {escape(str(store.path))}: published results only",
-                              highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[yellow]note:[/] no results database at {escape(str(store.path))}: published results only",
+                highlight=False,
+                soft_wrap=True,
+            )
         pages = build_site(store, out, [canonical_dataset(d) for d in dataset] if dataset else None)
-    console.print(f"wrote {len(pages)} pages to {escape(str(out))}; open {escape(str(pages[0]))}", highlight=False, soft_wrap=True)
+    console.print(
+        f"wrote {len(pages)} pages to {escape(str(out))}; open {escape(str(pages[0]))}", highlight=False, soft_wrap=True
+    )

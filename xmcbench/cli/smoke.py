@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -14,10 +14,12 @@ from xmcbench.cli._common import console, err_console, handle_errors
 
 @handle_errors
 def smoke(
-    recipes_dir: Annotated[Optional[Path], typer.Option(help="Folder of smoke recipes (default: recipes/smoke of this checkout).")] = None,
-    only: Annotated[Optional[list[str]], typer.Option(help="Run only these recipes (file stem, repeatable).")] = None,
-    db: Annotated[Optional[Path], typer.Option(help="Results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
-    runs_dir: Annotated[Optional[Path], typer.Option(help="Where run directories go.")] = None,
+    recipes_dir: Annotated[
+        Path | None, typer.Option(help="Folder of smoke recipes (default: recipes/smoke of this checkout).")
+    ] = None,
+    only: Annotated[list[str] | None, typer.Option(help="Run only these recipes (file stem, repeatable).")] = None,
+    db: Annotated[Path | None, typer.Option(help="Results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
+    runs_dir: Annotated[Path | None, typer.Option(help="Where run directories go.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Run every smoke recipe (synthetic data, CPU, minutes) and check each one's quality floors."""

@@ -34,20 +34,70 @@ def parse_propensity(text: str | None) -> tuple[float, float] | None:
 
 @handle_errors
 def table(
-    dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name (case-insensitive), e.g. LF-AmazonTitles-131K. Without it: an overview of every dataset (best P@1 per method).")] = None,
-    metrics: Annotated[str | None, typer.Option(help="Comma-separated metric columns, e.g. P@1,P@5,PSP@5 (default: P@1,P@3,P@5,PSP@1,PSP@3,PSP@5, those present). The first one picks each method's best run.")] = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="rich (terminal), markdown, csv, json or html.")] = "rich",
-    all_runs: Annotated[bool, typer.Option("--all-runs", help="Every finished run, not only the best one per method.")] = False,
-    latest: Annotated[bool, typer.Option("--latest", help="Each method's newest finished run instead of its best.")] = False,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help="Dataset name (case-insensitive), e.g. LF-AmazonTitles-131K. Without it: an overview of every dataset (best P@1 per method).",
+        ),
+    ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated metric columns, e.g. P@1,P@5,PSP@5 (default: P@1,P@3,P@5,PSP@1,PSP@3,PSP@5, those present). The first one picks each method's best run."
+        ),
+    ] = None,
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="rich (terminal), markdown, csv, json or html.")
+    ] = "rich",
+    all_runs: Annotated[
+        bool, typer.Option("--all-runs", help="Every finished run, not only the best one per method.")
+    ] = False,
+    latest: Annotated[
+        bool, typer.Option("--latest", help="Each method's newest finished run instead of its best.")
+    ] = False,
     split: Annotated[str | None, typer.Option(help="Only runs evaluated on this split.")] = None,
-    dataset_version: Annotated[str | None, typer.Option(help="Only runs on this dataset version (a prefix is enough); needed when runs span several.")] = None,
-    propensity: Annotated[str | None, typer.Option(help="Only runs scored with these propensity parameters, as A,B (e.g. 0.6,2.6).")] = None,
-    setting: Annotated[str | None, typer.Option("--setting", "-s", help="Only this setting: full, few-shot (or few-shot-1%), zero-shot.")] = None,
-    paper: Annotated[str | None, typer.Option("--paper", help="Only published rows of this paper: prime, unidec, dexml, maclr, lmtx.")] = None,
-    method: Annotated[str | None, typer.Option("--method", "-m", help="Only this method (case-insensitive; published rows match the method or the printed name).")] = None,
-    all_published: Annotated[bool, typer.Option("--all-published", help="Every published row (ablations, variants, duplicates across papers), in the papers' order.")] = False,
-    db: Annotated[Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
-    results: Annotated[str | None, typer.Option("--results", help="Also show the runs shared in a Hub dataset repo, hf://datasets/ORG/NAME[@REV] (de-duplicated by run id).")] = None,
+    dataset_version: Annotated[
+        str | None,
+        typer.Option(help="Only runs on this dataset version (a prefix is enough); needed when runs span several."),
+    ] = None,
+    propensity: Annotated[
+        str | None, typer.Option(help="Only runs scored with these propensity parameters, as A,B (e.g. 0.6,2.6).")
+    ] = None,
+    setting: Annotated[
+        str | None,
+        typer.Option("--setting", "-s", help="Only this setting: full, few-shot (or few-shot-1%), zero-shot."),
+    ] = None,
+    paper: Annotated[
+        str | None,
+        typer.Option("--paper", help="Only published rows of this paper: prime, unidec, dexml, maclr, lmtx."),
+    ] = None,
+    method: Annotated[
+        str | None,
+        typer.Option(
+            "--method",
+            "-m",
+            help="Only this method (case-insensitive; published rows match the method or the printed name).",
+        ),
+    ] = None,
+    all_published: Annotated[
+        bool,
+        typer.Option(
+            "--all-published",
+            help="Every published row (ablations, variants, duplicates across papers), in the papers' order.",
+        ),
+    ] = False,
+    db: Annotated[
+        Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")
+    ] = None,
+    results: Annotated[
+        str | None,
+        typer.Option(
+            "--results",
+            help="Also show the runs shared in a Hub dataset repo, hf://datasets/ORG/NAME[@REV] (de-duplicated by run id).",
+        ),
+    ] = None,
 ) -> None:
     """Show reproduced runs next to the papers' published numbers, with Δ and the best value per metric.
 
@@ -75,14 +125,21 @@ def table(
             err_console.print(
                 f"[yellow]note:[/] no results database at {escape(str(store.path))} yet: published results only "
                 f"(run a recipe or `xmcbench ingest DIR` to add yours)",
-                highlight=False, soft_wrap=True,
+                highlight=False,
+                soft_wrap=True,
             )
         note = store.schema_note()
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         if dataset is None:
-            result = build_overview(store, metric=(metrics or "P@1").split(",")[0].strip(), setting=setting,
-                                    paper=paper, method=method, curated=not all_published)
+            result = build_overview(
+                store,
+                metric=(metrics or "P@1").split(",")[0].strip(),
+                setting=setting,
+                paper=paper,
+                method=method,
+                curated=not all_published,
+            )
         else:
             result = build_table(
                 store,
@@ -99,7 +156,11 @@ def table(
                 method=method,
             )
     if store.reference_problem:
-        err_console.print(f"[yellow]warning:[/] published results not shown: {store.reference_problem}", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[yellow]warning:[/] published results not shown: {store.reference_problem}",
+            highlight=False,
+            soft_wrap=True,
+        )
     print_table(result, format)
 
 

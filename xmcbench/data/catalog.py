@@ -21,7 +21,6 @@ folder); the prepared cache in ``paths.dataset_prepared_dir(spec.name)``.
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Literal

@@ -35,7 +35,8 @@ def dataset_lock(name: str, progress: bool = True):
     check_dataset_name(name)
     return fsutil.file_lock(
         paths.locks_dir() / f"{name.lower()}.lock",
-        on_wait=lambda msg: say_for(progress)(msg, highlight=False), what=f"dataset {name}",
+        on_wait=lambda msg: say_for(progress)(msg, highlight=False),
+        what=f"dataset {name}",
     )
 
 

@@ -27,9 +27,10 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -76,7 +77,7 @@ class TextColumn:
         self._offsets = offsets
 
     @classmethod
-    def open(cls, folder: Path, prefix: str) -> "TextColumn":
+    def open(cls, folder: Path, prefix: str) -> TextColumn:
         blob_path = Path(folder) / f"{prefix}.bin"
         offsets = np.load(Path(folder) / f"{prefix}.offsets.npy", mmap_mode="r")
         if blob_path.stat().st_size == 0:  # np.memmap refuses empty files
@@ -271,8 +272,12 @@ def _fingerprint(files: dict[str, Path], raw_dir: Path) -> dict[str, dict]:
     records = {}
     for name, path in files.items():
         st = path.stat()
-        records[name] = {"file": path.relative_to(raw_dir).as_posix(), "sha256": fsutil.sha256_file(path),
-                         "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        records[name] = {
+            "file": path.relative_to(raw_dir).as_posix(),
+            "sha256": fsutil.sha256_file(path),
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+        }
     return records
 
 
@@ -330,7 +335,9 @@ def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = Tr
         )
     lacking = [name for name in fmt.required_files if name not in spec.files]
     if lacking:
-        raise XmcbenchError(f"dataset {spec.name}: format {spec.format!r} needs {', '.join(lacking)} in the spec's files")
+        raise XmcbenchError(
+            f"dataset {spec.name}: format {spec.format!r} needs {', '.join(lacking)} in the spec's files"
+        )
     files = raw_files(spec, raw_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     fsutil.remove_stale_temps(out_dir.parent)  # cache folders a killed prepare left behind
@@ -350,8 +357,9 @@ def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = Tr
                 filters[split] = _write_filter(files, split, matrices[split].shape, tmp)
             raw = hashing.result()
         _check_against_manifest(spec, raw_dir, raw)
-        stats = dataset_stats(matrices["train"], matrices["test"], text_lengths["train"], text_lengths["test"],
-                              label_lengths)
+        stats = dataset_stats(
+            matrices["train"], matrices["test"], text_lengths["train"], text_lengths["test"], label_lengths
+        )
         fingerprint = hashlib.sha256(
             json.dumps({name: r["sha256"] for name, r in sorted(raw.items())}).encode()
         ).hexdigest()
@@ -429,7 +437,9 @@ def _write_split(
     del index_chunks
     uids.close()
     lengths = texts.close()
-    matrix = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr), shape=(len(indptr) - 1, n_labels))
+    matrix = sp.csr_matrix(
+        (np.ones(len(indices), dtype=np.float32), indices, indptr), shape=(len(indptr) - 1, n_labels)
+    )
     before = matrix.nnz
     if not matrix.has_canonical_format:  # sorts each row and merges repeated label indices
         matrix.sum_duplicates()

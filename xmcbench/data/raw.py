@@ -111,8 +111,12 @@ def record_manifest(raw_dir: str | os.PathLike, files: list[str], source: str) -
         if prev and prev.get("sha256") == digest:
             entries[key] = prev
         else:
-            entries[key] = {"sha256": digest, "size": path.stat().st_size, "source": redact(source),
-                            "downloaded_at": now}
+            entries[key] = {
+                "sha256": digest,
+                "size": path.stat().st_size,
+                "source": redact(source),
+                "downloaded_at": now,
+            }
     save_manifest(raw_dir, entries)
     return entries
 
@@ -144,7 +148,9 @@ class VerifyReport:
     def problems(self) -> list[str]:
         if not self.manifest_found:
             return [f"no {MANIFEST_NAME} in {self.raw_dir}: {self.dataset} was not downloaded by xmcbench here"]
-        return [f"{f.name}: {f.status}" + (f" ({f.detail})" if f.detail else "") for f in self.files if f.status != "ok"]
+        return [
+            f"{f.name}: {f.status}" + (f" ({f.detail})" if f.detail else "") for f in self.files if f.status != "ok"
+        ]
 
 
 def verify_dataset(name: str | DatasetSpec) -> VerifyReport:
@@ -168,7 +174,9 @@ def verify_dataset(name: str | DatasetSpec) -> VerifyReport:
         else:
             digest = fsutil.sha256_file(path)
             if digest != entry["sha256"]:
-                report.files.append(FileCheck(key, "changed", f"sha256 {digest[:12]}…, recorded {entry['sha256'][:12]}…"))
+                report.files.append(
+                    FileCheck(key, "changed", f"sha256 {digest[:12]}…, recorded {entry['sha256'][:12]}…")
+                )
             else:
                 report.files.append(FileCheck(key, "ok"))
     return report

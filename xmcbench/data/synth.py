@@ -46,8 +46,38 @@ from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source, check_dataset_n
 from xmcbench.data.formats.lf_json import orjson, write_lines
 from xmcbench.data.raw import record_manifest
 
-_ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
-           "br", "ch", "cl", "dr", "fl", "gr", "pl", "pr", "sh", "st", "th", "tr"]
+_ONSETS = [
+    "b",
+    "c",
+    "d",
+    "f",
+    "g",
+    "h",
+    "j",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "w",
+    "z",
+    "br",
+    "ch",
+    "cl",
+    "dr",
+    "fl",
+    "gr",
+    "pl",
+    "pr",
+    "sh",
+    "st",
+    "th",
+    "tr",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "io", "ou", "y"]
 _SYLLABLES = np.array([o + v for o in _ONSETS for v in _VOWELS])  # 300, none ambiguous
 _ENTITY_FILLERS = {7: "&amp;", 23: "&#8217;s"}  # filler id -> word: raw XC text is HTML-escaped like this
@@ -79,7 +109,7 @@ class SynthParams(BaseModel):
     paraphrase: bool = False  # queries paraphrase their labels (module docstring, item 7)
 
     @model_validator(mode="after")
-    def _fill_topics(self) -> "SynthParams":
+    def _fill_topics(self) -> SynthParams:
         if self.n_topics is None:
             self.n_topics = max(2, self.n_labels // 40)
         self.n_topics = min(self.n_topics, self.n_labels)
@@ -199,8 +229,11 @@ class _Labels:
         n = self.n
         ids = np.arange(n)
         owner = [ids, ids, ids]
-        word = [vocab.topic_word(self.topic_concept, 0), vocab.own_word(self.own[:, 0], 0),
-                vocab.own_word(self.own[:, 1], 0)]
+        word = [
+            vocab.topic_word(self.topic_concept, 0),
+            vocab.own_word(self.own[:, 0], 0),
+            vocab.own_word(self.own[:, 1], 0),
+        ]
         extra = np.flatnonzero(rng.random(n) < 0.1)  # some titles carry a filler word
         owner.append(extra)
         word.append(rng.integers(0, 40, size=len(extra)))
@@ -234,8 +267,14 @@ def _sample_targets(p: SynthParams, labels: _Labels, n: int, rng: np.random.Gene
     return primary, targets
 
 
-def _query_texts(p: SynthParams, labels: _Labels, vocab: _Vocab, primary: np.ndarray, targets: sp.csr_matrix,
-                 rng: np.random.Generator) -> tuple[list[str], list[str]]:
+def _query_texts(
+    p: SynthParams,
+    labels: _Labels,
+    vocab: _Vocab,
+    primary: np.ndarray,
+    targets: sp.csr_matrix,
+    rng: np.random.Generator,
+) -> tuple[list[str], list[str]]:
     n = len(primary)
     ids = np.arange(n)
     nf = vocab.n_forms
@@ -275,8 +314,12 @@ def _query_texts(p: SynthParams, labels: _Labels, vocab: _Vocab, primary: np.nda
             c_owner.append(ids)
             c_word.append(vocab.own_word(labels.own[primary, j % 2], _forms(n, body_keep, nf, rng)))
             c_owner.append(ids)
-            c_word.append(vocab.topic_word(labels.topic[primary] * _TOPIC_CONCEPTS
-                                           + rng.integers(0, _TOPIC_CONCEPTS, size=n), _forms(n, body_keep, nf, rng)))
+            c_word.append(
+                vocab.topic_word(
+                    labels.topic[primary] * _TOPIC_CONCEPTS + rng.integers(0, _TOPIC_CONCEPTS, size=n),
+                    _forms(n, body_keep, nf, rng),
+                )
+            )
         f_owner, f_word = _fillers(n, max(p.content_words - 6, 0), rng)
         contents = vocab.texts(np.concatenate(c_owner + [f_owner]), np.concatenate(c_word + [f_word]), n, rng)
     for i in np.flatnonzero(rng.random(n) < p.empty_content_fraction).tolist():
@@ -286,8 +329,14 @@ def _query_texts(p: SynthParams, labels: _Labels, vocab: _Vocab, primary: np.nda
     return titles, contents
 
 
-def _reciprocal(p: SynthParams, labels: _Labels, primary: np.ndarray, targets: sp.csr_matrix,
-                used: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _reciprocal(
+    p: SynthParams,
+    labels: _Labels,
+    primary: np.ndarray,
+    targets: sp.csr_matrix,
+    used: np.ndarray,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
     """(query rows, internal labels) of queries that are a label of their primary's topic."""
     n = len(primary)
     k = int(round(p.reciprocal_fraction * n))
@@ -325,7 +374,9 @@ def _query_lines(titles: list[str], contents: list[str], targets: sp.csr_matrix,
     bounds = targets.indptr.tolist()
     for i, (t, c) in enumerate(zip(titles, contents)):
         labels = ind[bounds[i] : bounds[i + 1]]
-        yield _dumps({"uid": uids[i], "title": t, "content": c, "target_ind": labels, "target_rel": [1.0] * len(labels)})
+        yield _dumps(
+            {"uid": uids[i], "title": t, "content": c, "target_ind": labels, "target_rel": [1.0] * len(labels)}
+        )
 
 
 def synthesize(out_dir: Path, n_labels: int, n_train: int, n_test: int, seed: int = 0, **options) -> Path:
@@ -375,13 +426,17 @@ def synthesize(out_dir: Path, n_labels: int, n_train: int, n_test: int, seed: in
         write_lines(out_dir / file, lines(), compresslevel=p.compresslevel)
         docs = np.concatenate([r for r, _ in pairs]) if pairs else np.empty(0, dtype=np.int64)
         labs = np.concatenate([c for _, c in pairs]) if pairs else np.empty(0, dtype=np.int64)
-        write_lines(out_dir / filter_file, (f"{d} {lab}\n".encode() for d, lab in zip(docs.tolist(), labs.tolist())),
-                    compress=False)
+        write_lines(
+            out_dir / filter_file,
+            (f"{d} {lab}\n".encode() for d, lab in zip(docs.tolist(), labs.tolist())),
+            compress=False,
+        )
     return out_dir
 
 
-def make_synthetic_spec(name: str, *, query_text: str = "title", description: str | None = None,
-                        **params) -> DatasetSpec:
+def make_synthetic_spec(
+    name: str, *, query_text: str = "title", description: str | None = None, **params
+) -> DatasetSpec:
     """A DatasetSpec for a synthetic dataset; ``params`` are ``synthesize``'s (n_labels, n_train, ...).
 
     The saved parameters regenerate identical raw files (``load_dataset`` does so when they are
@@ -404,7 +459,8 @@ def make_synthetic_spec(name: str, *, query_text: str = "title", description: st
         paper_counts={"train": p.n_train, "test": p.n_test, "labels": p.n_labels},
         propensity_a=0.55,
         propensity_b=1.5,
-        description=description or (
+        description=description
+        or (
             f"Synthetic LF-format dataset: {p.n_labels:,} labels, {p.n_train:,} train / {p.n_test:,} test "
             f"queries, seed {p.seed}."
         ),
@@ -419,6 +475,9 @@ def materialize(spec: DatasetSpec, raw_dir: Path) -> Path:
         raise ValueError(f"{spec.name} is not a synthetic dataset")
     p = SynthParams(**spec.synthetic)
     synthesize(raw_dir, **spec.synthetic)
-    record_manifest(raw_dir, list(spec.files),
-                    source=f"synthetic (labels={p.n_labels}, train={p.n_train}, test={p.n_test}, seed={p.seed})")
+    record_manifest(
+        raw_dir,
+        list(spec.files),
+        source=f"synthetic (labels={p.n_labels}, train={p.n_train}, test={p.n_test}, seed={p.seed})",
+    )
     return raw_dir

@@ -27,8 +27,9 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,7 +66,7 @@ def texts_fingerprint(texts: Sequence[str], version: str | None = None, chunk: i
     n = len(texts)
     h = hashlib.sha256(f"n={n}".encode())
     if version is not None:
-        h.update(f"version={version}".encode("utf-8"))
+        h.update(f"version={version}".encode())
         return h.hexdigest()
     for start in range(0, n, chunk):
         for text in texts[start : start + chunk]:
@@ -121,7 +122,7 @@ class TokenCache:
         version: str | None = None,
         chunk_size: int = 8192,
         progress: bool = True,
-    ) -> "TokenCache":
+    ) -> TokenCache:
         """Open the cache of ``texts`` for (``tokenizer``, ``max_length``), building it if needed.
 
         Args:

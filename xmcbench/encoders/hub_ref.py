@@ -38,7 +38,7 @@ def is_hub_ref(name: str | None) -> bool:
 
 def parse_hub_ref(name: str, revision: str | None = None) -> HubRef:
     """``hf://ORG/NAME[@REV]`` -> HubRef; ``revision`` (the recipe's encoder.revision) fills in a missing @REV."""
-    body = name[len(HF_SCHEME):]
+    body = name[len(HF_SCHEME) :]
     repo_id, sep, rev = body.partition("@")
     if not _REPO.match(repo_id) or ".." in repo_id or (sep and not rev):
         raise XmcbenchError(f"encoder {name!r}: a Hub checkpoint is written hf://ORG/NAME or hf://ORG/NAME@REVISION")
@@ -63,16 +63,24 @@ class ResolvedCheckpoint:
     commit: str  # the commit fetched (a branch or tag resolved)
 
 
-def download_checkpoint(name: str, revision: str | None = None, repo_type: str = "model",
-                        allow_patterns: list[str] | None = None) -> ResolvedCheckpoint:
+def download_checkpoint(
+    name: str, revision: str | None = None, repo_type: str = "model", allow_patterns: list[str] | None = None
+) -> ResolvedCheckpoint:
     """Download (or find in the cache) the snapshot of ``hf://ORG/NAME[@REV]``."""
     from huggingface_hub import snapshot_download
 
     ref = parse_hub_ref(name, revision)
     try:
-        folder = Path(snapshot_download(ref.repo_id, repo_type=repo_type, revision=ref.revision,
-                                        cache_dir=str(hub_cache_dir()), endpoint=hub_endpoint(),
-                                        allow_patterns=allow_patterns))
+        folder = Path(
+            snapshot_download(
+                ref.repo_id,
+                repo_type=repo_type,
+                revision=ref.revision,
+                cache_dir=str(hub_cache_dir()),
+                endpoint=hub_endpoint(),
+                allow_patterns=allow_patterns,
+            )
+        )
     except Exception as exc:  # huggingface_hub raises many kinds; all mean "not downloaded"
         raise XmcbenchError(hub_error_message(exc, f"download {ref}")) from None
     return ResolvedCheckpoint(ref, folder, folder.name)
@@ -104,7 +112,10 @@ def hub_error_message(exc: BaseException, action: str) -> str:
         hint = "HF_HUB_OFFLINE=1 is set (and nothing usable is cached); unset it to reach the Hub"
     elif isinstance(exc, HfHubHTTPError) and status is not None:
         hint = f"the Hub answered {status}; try again"
-    elif isinstance(exc, (ConnectionError, TimeoutError, LocalEntryNotFoundError)) or "connect" in type(exc).__name__.lower():
+    elif (
+        isinstance(exc, (ConnectionError, TimeoutError, LocalEntryNotFoundError))
+        or "connect" in type(exc).__name__.lower()
+    ):
         hint = f"cannot reach the Hub at {hub_endpoint() or 'https://huggingface.co'}; check the network or HF_ENDPOINT"
     else:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -143,6 +144,7 @@ class TextEncoder(nn.Module):
         the run's precision so test queries are encoded as the recipe says.
         """
         from xmcbench.train.precision import autocast
+
         texts = list(texts)  # also accepts memory-mapped TextColumns
         device = torch.device(device) if device is not None else next(self.parameters()).device
         was_training = self.training
@@ -175,28 +177,41 @@ class TextEncoder(nn.Module):
         hidden = int(self.model.config.hidden_size)
         modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
         _write_json(folder / "sentence_bert_config.json", {"max_seq_length": self.max_length, "do_lower_case": False})
-        _write_json(folder / "1_Pooling" / "config.json", {
-            "word_embedding_dimension": hidden,
-            "pooling_mode_cls_token": self.pooling == "cls",
-            "pooling_mode_mean_tokens": self.pooling == "mean",
-            "pooling_mode_max_tokens": False,
-            "pooling_mode_mean_sqrt_len_tokens": False,
-        })
+        _write_json(
+            folder / "1_Pooling" / "config.json",
+            {
+                "word_embedding_dimension": hidden,
+                "pooling_mode_cls_token": self.pooling == "cls",
+                "pooling_mode_mean_tokens": self.pooling == "mean",
+                "pooling_mode_max_tokens": False,
+                "pooling_mode_mean_sqrt_len_tokens": False,
+            },
+        )
         modules.append({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"})
         if self.projection is not None:
             dense = folder / "2_Dense"
-            _write_json(dense / "config.json", {
-                "in_features": self.projection.in_features, "out_features": self.projection.out_features,
-                "bias": self.projection.bias is not None,
-                "activation_function": "torch.nn.modules.linear.Identity",
-            })
+            _write_json(
+                dense / "config.json",
+                {
+                    "in_features": self.projection.in_features,
+                    "out_features": self.projection.out_features,
+                    "bias": self.projection.bias is not None,
+                    "activation_function": "torch.nn.modules.linear.Identity",
+                },
+            )
             state = {f"linear.{k}": v.detach().cpu().contiguous() for k, v in self.projection.state_dict().items()}
             save_file(state, str(dense / "model.safetensors"))
             modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
         if self.normalize:
             (folder / f"{len(modules)}_Normalize").mkdir(exist_ok=True)
-            modules.append({"idx": len(modules), "name": str(len(modules)), "path": f"{len(modules)}_Normalize",
-                            "type": "sentence_transformers.models.Normalize"})
+            modules.append(
+                {
+                    "idx": len(modules),
+                    "name": str(len(modules)),
+                    "path": f"{len(modules)}_Normalize",
+                    "type": "sentence_transformers.models.Normalize",
+                }
+            )
         _write_json(folder / "modules.json", modules)
         return folder
 

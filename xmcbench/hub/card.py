@@ -19,11 +19,11 @@ TASK_NAME = "Extreme multi-label classification"
 PAPER_METHOD = {"dexml": ("dexml", "DEXML"), "unidec": ("unidec", "UniDEC"), "prime": ("prime", "PRIME")}
 ENCODER_NOTE = {
     "dexml": "The encoder alone, with sentence-transformers (query and label embeddings are the ones xmcbench "
-             "searches with):",
+    "searches with):",
     "prime": "The encoder alone, with sentence-transformers (the query embeddings xmcbench searches with; "
-             "labels are searched through their prototypes, `xmcbench/label_embeddings.safetensors`):",
+    "labels are searched through their prototypes, `xmcbench/label_embeddings.safetensors`):",
     "unidec": "The shared encoder Φ alone, with sentence-transformers (UniDEC searches with its heads on top of "
-              "it, `xmcbench/heads.safetensors`; use xmcbench.hub.load for predictions):",
+    "it, `xmcbench/heads.safetensors`; use xmcbench.hub.load for predictions):",
 }
 METRIC_TYPES = {"P": "precision", "nDCG": "ndcg", "PSP": "psp", "PSnDCG": "psndcg", "R": "recall"}
 PACKAGED_BASES = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
@@ -64,8 +64,15 @@ def published_comparison(record: dict) -> tuple[dict | None, list[tuple[str, flo
         return None, []
     dataset = str(record["task"].get("dataset") or "").lower()
     paper, method = paper_method
-    matches = [r for r in rows if r.paper == paper and r.method == method and r.dataset.lower() == dataset
-               and r.setting == "full" and not r.dataset_variant]
+    matches = [
+        r
+        for r in rows
+        if r.paper == paper
+        and r.method == method
+        and r.dataset.lower() == dataset
+        and r.setting == "full"
+        and not r.dataset_variant
+    ]
     if not matches:
         return None, []
     row = sorted(matches, key=lambda r: (r.variant is not None, r.table))[0]
@@ -80,10 +87,19 @@ def eval_results(record: dict, repo_url: str | None):
     task = record["task"]
     dataset = str(task.get("dataset"))
     return [
-        EvalResult(task_type=TASK_TYPE, task_name=TASK_NAME, dataset_type=dataset, dataset_name=dataset,
-                   dataset_split=task.get("split"), dataset_revision=task.get("dataset_version"),
-                   metric_type=metric_type(s["name"]), metric_name=s["name"], metric_value=round(float(s["value"]), 4),
-                   source_name="xmcbench", source_url=repo_url)
+        EvalResult(
+            task_type=TASK_TYPE,
+            task_name=TASK_NAME,
+            dataset_type=dataset,
+            dataset_name=dataset,
+            dataset_split=task.get("split"),
+            dataset_revision=task.get("dataset_version"),
+            metric_type=metric_type(s["name"]),
+            metric_name=s["name"],
+            metric_value=round(float(s["value"]), 4),
+            source_name="xmcbench",
+            source_url=repo_url,
+        )
         for s in record.get("scores") or []
     ]
 
@@ -97,8 +113,14 @@ def card_data(record: dict, repo_id: str, repo_url: str | None, license: str):
         model_name=repo_id,
         library_name="sentence-transformers",
         pipeline_tag="sentence-similarity",
-        tags=["xmcbench", method, "extreme-multi-label", "extreme-classification", "dual-encoder",
-              "sentence-transformers"],
+        tags=[
+            "xmcbench",
+            method,
+            "extreme-multi-label",
+            "extreme-classification",
+            "dual-encoder",
+            "sentence-transformers",
+        ],
         datasets=[str(record["task"].get("dataset"))],
         base_model=base,
         license=license,
@@ -106,8 +128,9 @@ def card_data(record: dict, repo_id: str, repo_url: str | None, license: str):
     )
 
 
-def render_card(record: dict, recipe_text: str, repo_id: str, *, repo_url: str | None = None,
-                license: str = "other") -> str:
+def render_card(
+    record: dict, recipe_text: str, repo_id: str, *, repo_url: str | None = None, license: str = "other"
+) -> str:
     """README.md text: YAML front matter + body."""
     from huggingface_hub import ModelCard
 
@@ -158,36 +181,59 @@ def _body(record: dict, recipe_text: str, repo_id: str) -> str:
     if ref is None:
         lines.append("No published number for this method on this dataset in xmcbench's leaderboard data.")
     else:
-        lines += [f"{ref['paper'].upper()} {ref['table']}, row “{ref['printed_name']}”:", "",
-                  "| metric | this model | published | difference |", "|---|---|---|---|"]
+        lines += [
+            f"{ref['paper'].upper()} {ref['table']}, row “{ref['printed_name']}”:",
+            "",
+            "| metric | this model | published | difference |",
+            "|---|---|---|---|",
+        ]
         lines += [f"| {m} | {_num(ours)} | {_num(theirs)} | {ours - theirs:+.2f} |" for m, ours, theirs in pairs]
     walls = comp.get("wall_time_s") or {}
     names = comp.get("device_names") or []
     device = f"{names[0] if names else comp.get('device_type', '–')} × {_num(comp.get('device_count'))}"
     lines += [
-        "", "## Compute", "",
+        "",
+        "## Compute",
+        "",
         f"- **Devices:** {device} ({comp.get('device_type', '–')})",
         f"- **GPU-hours:** {_num(comp.get('gpu_hours'), 3)} ((train + predict wall time) × GPUs used)",
         f"- **Wall time:** {_num(sum(v for v in walls.values() if isinstance(v, (int, float))), 1)} s in all; "
         + ", ".join(f"{k} {_num(v, 1)} s" for k, v in walls.items()),
         f"- **Peak memory:** GPU {_num(comp.get('peak_gpu_mem_gb'))} GB, host {_num(comp.get('peak_host_mem_gb'))} GB",
-        "", "## Negative pool accounting", "",
+        "",
+        "## Negative pool accounting",
+        "",
         f"- **Batch size:** {_num(acc.get('batch_size'))} queries per step",
         f"- **Labels scored per step:** mean {_num(acc.get('pool_size_mean'), 1)}, max {_num(acc.get('pool_size_max'))}",
         f"- **Positives per query in the pool:** {_num(acc.get('positives_per_query'))}",
         f"- **Hard negatives per query:** {_num(acc.get('hard_negatives_per_query'))}",
         f"- **Refresh interval:** {_num(acc.get('refresh_interval'))} epochs; **steps:** {_num(acc.get('steps'))}",
-        "", "## Recipe (resolved)", "", "```yaml", recipe_text.rstrip(), "```",
-        "", "## How to use", "",
-        ENCODER_NOTE.get(method, ENCODER_NOTE["dexml"]), "",
-        "```python", "from sentence_transformers import SentenceTransformer",
-        f"model = SentenceTransformer({repo_id!r})", "queries = model.encode([\"a query\"])", "```", "",
-        "The whole predictor (encoder, label side, method heads) with xmcbench:", "",
-        "```python", "import xmcbench.hub",
+        "",
+        "## Recipe (resolved)",
+        "",
+        "```yaml",
+        recipe_text.rstrip(),
+        "```",
+        "",
+        "## How to use",
+        "",
+        ENCODER_NOTE.get(method, ENCODER_NOTE["dexml"]),
+        "",
+        "```python",
+        "from sentence_transformers import SentenceTransformer",
+        f"model = SentenceTransformer({repo_id!r})",
+        'queries = model.encode(["a query"])',
+        "```",
+        "",
+        "The whole predictor (encoder, label side, method heads) with xmcbench:",
+        "",
+        "```python",
+        "import xmcbench.hub",
         f"model = xmcbench.hub.load({repo_id!r})",
-        "top = model.predict([\"a query\"], k=5)          # CSR: columns are label ids of the dataset",
+        'top = model.predict(["a query"], k=5)          # CSR: columns are label ids of the dataset',
         f"scores = model.evaluate({str(task.get('dataset'))!r}, split={task.get('split')!r})   # same metrics as the run",
-        "```", "",
+        "```",
+        "",
         "The run's own record and recipe are in `record.json` and `recipe.yaml`; the label side and the "
         "method's heads are safetensors under `xmcbench/` (`label_ids` gives the dataset label each row belongs to).",
         "",

@@ -41,10 +41,14 @@ LABEL_FILE = "label_embeddings.safetensors"
 # method -> the arrays of its saved model (npy file -> tensor name) and the files copied as they are.
 METHOD_PARTS: dict[str, dict] = {
     "dexml": {"arrays": {"label_embeddings.npy": "embeddings"}, "copy": []},
-    "unidec": {"arrays": {"label_de.npy": "label_de", "label_clf.npy": "label_clf"},
-               "copy": ["heads.safetensors", "unidec.json"]},
-    "prime": {"arrays": {"label_prototypes.npy": "prototypes"},
-              "copy": ["prototype_network.safetensors", "prototype_network.json"]},
+    "unidec": {
+        "arrays": {"label_de.npy": "label_de", "label_clf.npy": "label_clf"},
+        "copy": ["heads.safetensors", "unidec.json"],
+    },
+    "prime": {
+        "arrays": {"label_prototypes.npy": "prototypes"},
+        "copy": ["prototype_network.safetensors", "prototype_network.json"],
+    },
 }
 ENCODER_DIR = "encoder"
 
@@ -62,14 +66,18 @@ def check_model_files(model_dir: Path, method: str) -> None:
     """Refuse a run whose saved model is incomplete before anything is written or uploaded."""
     if method not in METHOD_PARTS:
         known = ", ".join(sorted(METHOD_PARTS))
-        raise XmcbenchError(f"method {method!r} has no trained model to publish (push supports {known}); "
-                            "a zero-shot encoder is published as it is")
+        raise XmcbenchError(
+            f"method {method!r} has no trained model to publish (push supports {known}); "
+            "a zero-shot encoder is published as it is"
+        )
     parts = METHOD_PARTS[method]
     needed = [ENCODER_DIR + "/config.json", ENCODER_DIR + "/modules.json", *parts["arrays"], *parts["copy"]]
     missing = [f for f in needed if not (model_dir / f).is_file()]
     if not (model_dir / ENCODER_DIR).is_dir() or missing:
-        raise XmcbenchError(f"the run's model files are missing in {model_dir} ({', '.join(missing) or ENCODER_DIR}); "
-                            "re-run or resume the run to write them")
+        raise XmcbenchError(
+            f"the run's model files are missing in {model_dir} ({', '.join(missing) or ENCODER_DIR}); "
+            "re-run or resume the run to write them"
+        )
 
 
 def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_text: str) -> PushFolder:
@@ -98,8 +106,10 @@ def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_
     tensors["label_ids"] = np.arange(n, dtype=np.int64)
     # One metadata key: safetensors writes its metadata map in hash order, and a file whose bytes change
     # between two pushes of the same run would be uploaded (and committed) again.
-    about = json.dumps({"dataset": record["task"].get("dataset"),
-                        "dataset_version": record["task"].get("dataset_version")}, sort_keys=True)
+    about = json.dumps(
+        {"dataset": record["task"].get("dataset"), "dataset_version": record["task"].get("dataset_version")},
+        sort_keys=True,
+    )
     save_file(tensors, str(sub / LABEL_FILE), metadata={"xmcbench": about})
     for name in parts["copy"]:
         shutil.copyfile(model_dir / name, sub / name)
@@ -114,8 +124,11 @@ def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_
         "dataset_version": record["task"].get("dataset_version"),
         "n_labels": n,
         "encoder": {k: recipe_enc.get(k) for k in ("pooling", "normalize", "max_length", "label_max_length")},
-        "label_embeddings": {"file": f"{MODEL_SUBDIR}/{LABEL_FILE}",
-                             "tensors": sorted(t for t in tensors if t != "label_ids"), "label_ids": "label_ids"},
+        "label_embeddings": {
+            "file": f"{MODEL_SUBDIR}/{LABEL_FILE}",
+            "tensors": sorted(t for t in tensors if t != "label_ids"),
+            "label_ids": "label_ids",
+        },
         "files": [f"{MODEL_SUBDIR}/{name}" for name in parts["copy"]],
     }
     atomic_write(sub / MODEL_JSON, to_json(meta) + "\n")
@@ -150,8 +163,11 @@ def _write_st_config(folder: Path) -> None:
             return None
 
     config = {
-        "__version__": {"sentence_transformers": version("sentence-transformers") or "3.0.0",
-                        "transformers": version("transformers"), "pytorch": version("torch")},
+        "__version__": {
+            "sentence_transformers": version("sentence-transformers") or "3.0.0",
+            "transformers": version("transformers"),
+            "pytorch": version("torch"),
+        },
         "prompts": {},
         "default_prompt_name": None,
         # xmcbench's dual encoders score by inner product of (normalised) embeddings

@@ -58,8 +58,9 @@ class HubModel:
         pred.has_sorted_indices = False
         return pred
 
-    def evaluate(self, dataset: str | None = None, split: str | None = None, device: str = "cpu",
-                 k: Sequence[int] | None = None) -> dict[str, float]:
+    def evaluate(
+        self, dataset: str | None = None, split: str | None = None, device: str = "cpu", k: Sequence[int] | None = None
+    ) -> dict[str, float]:
         """Score on ``dataset``/``split`` (default: the run's) as a run does: filter pairs removed, top-k, metrics."""
         from xmcbench import metrics
         from xmcbench.data import load_dataset
@@ -74,8 +75,11 @@ class HubModel:
         truth, filt, texts = data.labels(split), data.filter(split), data.query_texts(split)
         if ev.max_queries is not None and ev.max_queries < truth.shape[0]:
             # the run's seeded subsample (xmcbench.run.phases.eval_rows)
-            rows = np.sort(np.random.default_rng(self.recipe.training.seed).choice(truth.shape[0], size=ev.max_queries,
-                                                                                    replace=False))
+            rows = np.sort(
+                np.random.default_rng(self.recipe.training.seed).choice(
+                    truth.shape[0], size=ev.max_queries, replace=False
+                )
+            )
             truth, filt = truth[rows], (filt[rows] if filt is not None else None)
             texts = [texts[int(i)] for i in rows]
         slack = int(np.diff(filt.indptr).max()) if filt is not None and filt.nnz else 0
@@ -99,8 +103,10 @@ def load(repo: str | os.PathLike, *, revision: str | None = None) -> HubModel:
         folder, commit = ckpt.path, ckpt.commit
     meta_path = folder / MODEL_SUBDIR / MODEL_JSON
     if not meta_path.is_file():
-        raise XmcbenchError(f"{name} is not an xmcbench model (no {MODEL_SUBDIR}/{MODEL_JSON}); "
-                            "load a plain encoder with SentenceTransformer or an hf:// encoder in a recipe")
+        raise XmcbenchError(
+            f"{name} is not an xmcbench model (no {MODEL_SUBDIR}/{MODEL_JSON}); "
+            "load a plain encoder with SentenceTransformer or an hf:// encoder in a recipe"
+        )
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     if meta.get("format") != FORMAT_VERSION:
         raise XmcbenchError(f"{name}: model format {meta.get('format')} is not {FORMAT_VERSION}; upgrade xmcbench")

@@ -47,7 +47,9 @@ def check_repo_id(repo: str, what: str = "--repo") -> str:
     from huggingface_hub.utils import validate_repo_id
 
     if not isinstance(repo, str) or repo.count("/") != 1:
-        raise XmcbenchError(f"{what} {repo!r} is not a Hub repo name: write it ORG/NAME (e.g. my-org/dexml-amazontitles)")
+        raise XmcbenchError(
+            f"{what} {repo!r} is not a Hub repo name: write it ORG/NAME (e.g. my-org/dexml-amazontitles)"
+        )
     try:
         validate_repo_id(repo)
     except HFValidationError as exc:
@@ -115,8 +117,10 @@ def push_run(
     record = load_record(run_dir)
     run_id = record.get("run_id", run_dir.name)
     if record.get("status") != "finished":
-        raise XmcbenchError(f"run {run_id} is {record.get('status')}, not finished; only finished runs are pushed "
-                            f"(continue it with `xmcbench run --resume {run_id}`)")
+        raise XmcbenchError(
+            f"run {run_id} is {record.get('status')}, not finished; only finished runs are pushed "
+            f"(continue it with `xmcbench run --resume {run_id}`)"
+        )
     check_model_files(run_dir / "checkpoints" / "model", record["model"]["method"])
     recipe_path = run_dir / RECIPE_FILE
     if not recipe_path.is_file():
@@ -141,15 +145,29 @@ def push_run(
         if revision and revision != "main":
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
         info = api.upload_folder(
-            folder_path=str(folder.path), repo_id=repo_id, repo_type="model", revision=revision,
+            folder_path=str(folder.path),
+            repo_id=repo_id,
+            repo_type="model",
+            revision=revision,
             commit_message=f"xmcbench: {record['model']['method']} run {run_id}",
             commit_description=f"Pushed by xmcbench from run {run_id} ({record['task'].get('dataset')}).",
         )
     except Exception as exc:  # anything from the client means: not pushed
         raise XmcbenchError(hub_error_message(exc, f"push run {run_id} to {repo_id}")) from None
     result.commit = info.oid
-    _remember(run_dir, {"repo": repo_id, "repo_type": "model", "url": url, "revision": revision or "main",
-                        "commit": info.oid, "private": private, "files": len(folder.files), "pushed_at": utc_now()})
+    _remember(
+        run_dir,
+        {
+            "repo": repo_id,
+            "repo_type": "model",
+            "url": url,
+            "revision": revision or "main",
+            "commit": info.oid,
+            "private": private,
+            "files": len(folder.files),
+            "pushed_at": utc_now(),
+        },
+    )
     return result
 
 

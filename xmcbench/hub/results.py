@@ -33,15 +33,21 @@ DATASETS_PREFIX = "hf://datasets/"
 
 def parse_results_repo(text: str) -> tuple[str, str | None]:
     """``hf://datasets/ORG/NAME[@REV]`` or ``ORG/NAME`` -> (repo id, revision)."""
-    body = text[len(DATASETS_PREFIX):] if text.lower().startswith(DATASETS_PREFIX) else text
+    body = text[len(DATASETS_PREFIX) :] if text.lower().startswith(DATASETS_PREFIX) else text
     if text.lower().startswith("hf://") and not text.lower().startswith(DATASETS_PREFIX):
         raise XmcbenchError(f"--results {text!r}: shared results live in a dataset repo, hf://datasets/ORG/NAME")
     repo, _, rev = body.partition("@")
     return check_repo_id(repo, "--results"), rev or None
 
 
-def push_results(repo: str, *, db: str | os.PathLike | None = None, private: bool = False,
-                 dry_run: bool = False, out: str | os.PathLike | None = None) -> PushResult:
+def push_results(
+    repo: str,
+    *,
+    db: str | os.PathLike | None = None,
+    private: bool = False,
+    dry_run: bool = False,
+    out: str | os.PathLike | None = None,
+) -> PushResult:
     """Upload the database's finished runs to the Hub dataset repo ``repo`` (ORG/NAME), one JSON file per run."""
     repo_id = check_repo_id(repo)
     with Store.open(db) as store:
@@ -59,8 +65,14 @@ def push_results(repo: str, *, db: str | os.PathLike | None = None, private: boo
         (target / RESULTS_DIR / f"{run_id}.json").write_text(to_json(redact_data(record)) + "\n", encoding="utf-8")
     (target / "README.md").write_text(_dataset_card(repo_id, len(records)), encoding="utf-8")
     files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
-    result = PushResult(repo_id, hub_url(repo_id, "dataset"), PushFolder(target, files), dry_run=dry_run,
-                        repo_type="dataset", extra={"runs": len(records)})
+    result = PushResult(
+        repo_id,
+        hub_url(repo_id, "dataset"),
+        PushFolder(target, files),
+        dry_run=dry_run,
+        repo_type="dataset",
+        extra={"runs": len(records)},
+    )
     if dry_run:
         return result
 
@@ -69,8 +81,12 @@ def push_results(repo: str, *, db: str | os.PathLike | None = None, private: boo
     api = HfApi(endpoint=hub_endpoint())
     try:
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-        info = api.upload_folder(folder_path=str(target), repo_id=repo_id, repo_type="dataset",
-                                 commit_message=f"xmcbench: {len(records)} finished runs")
+        info = api.upload_folder(
+            folder_path=str(target),
+            repo_id=repo_id,
+            repo_type="dataset",
+            commit_message=f"xmcbench: {len(records)} finished runs",
+        )
     except Exception as exc:
         raise XmcbenchError(hub_error_message(exc, f"push results to {repo_id}")) from None
     result.commit = info.oid
@@ -80,8 +96,9 @@ def push_results(repo: str, *, db: str | os.PathLike | None = None, private: boo
 def fetch_results(results: str) -> list[dict]:
     """The run records in a shared results repo (``hf://datasets/ORG/NAME[@REV]`` or ``ORG/NAME``)."""
     repo_id, revision = parse_results_repo(results)
-    ckpt = download_checkpoint(f"hf://{repo_id}", revision, repo_type="dataset",
-                               allow_patterns=[f"{RESULTS_DIR}/*.json"])
+    ckpt = download_checkpoint(
+        f"hf://{repo_id}", revision, repo_type="dataset", allow_patterns=[f"{RESULTS_DIR}/*.json"]
+    )
     records = []
     for path in sorted((ckpt.path / RESULTS_DIR).glob("*.json")) if (ckpt.path / RESULTS_DIR).is_dir() else []:
         try:

@@ -17,5 +17,16 @@ from xmcbench.judge.base import Judge, JudgeError, JudgeStats, Prompt, load_prom
 from xmcbench.judge.cache import CachedJudge, JudgementCache, default_cache_path
 from xmcbench.judge.config import JudgeConfig, build_judge
 
-__all__ = ["CachedJudge", "Judge", "JudgeConfig", "JudgeError", "JudgeStats", "JudgementCache", "Prompt",
-           "build_judge", "default_cache_path", "load_prompt", "prompt_ids"]
+__all__ = [
+    "CachedJudge",
+    "Judge",
+    "JudgeConfig",
+    "JudgeError",
+    "JudgeStats",
+    "JudgementCache",
+    "Prompt",
+    "build_judge",
+    "default_cache_path",
+    "load_prompt",
+    "prompt_ids",
+]

@@ -76,8 +76,11 @@ class JudgementCache:
     @contextmanager
     def _write(self) -> Iterator[duckdb.DuckDBPyConnection]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(self.path.with_name(self.path.name + ".lock"), timeout=self.timeout_s,
-                       what=f"the judgement cache {self.path}"):
+        with file_lock(
+            self.path.with_name(self.path.name + ".lock"),
+            timeout=self.timeout_s,
+            what=f"the judgement cache {self.path}",
+        ):
             con = _retry(lambda: duckdb.connect(str(self.path)), self.timeout_s)
             try:
                 con.execute(_SCHEMA)
@@ -100,8 +103,9 @@ class JudgementCache:
 
         return _retry(run, self.timeout_s)
 
-    def lookup(self, dataset_version: str, prompt_id: str, model: str,
-               doc_ids: np.ndarray, label_ids: np.ndarray) -> np.ndarray:
+    def lookup(
+        self, dataset_version: str, prompt_id: str, model: str, doc_ids: np.ndarray, label_ids: np.ndarray
+    ) -> np.ndarray:
         """(n,) stored P(yes) of each pair, NaN where not judged yet."""
         out = np.full(len(doc_ids), np.nan)
         if len(doc_ids) == 0:
@@ -119,22 +123,35 @@ class JudgementCache:
                     out[i] = p
         return out
 
-    def store(self, dataset_version: str, prompt_id: str, model: str,
-              doc_ids: np.ndarray, label_ids: np.ndarray, p_yes: np.ndarray) -> None:
+    def store(
+        self,
+        dataset_version: str,
+        prompt_id: str,
+        model: str,
+        doc_ids: np.ndarray,
+        label_ids: np.ndarray,
+        p_yes: np.ndarray,
+    ) -> None:
         if len(doc_ids) == 0:
             return
-        rows = [(dataset_version, int(d), int(lab), prompt_id, model, float(p))
-                for d, lab, p in zip(doc_ids, label_ids, p_yes, strict=False)]
+        rows = [
+            (dataset_version, int(d), int(lab), prompt_id, model, float(p))
+            for d, lab, p in zip(doc_ids, label_ids, p_yes, strict=False)
+        ]
         with self._write() as con:
             con.execute("BEGIN")
-            con.executemany("INSERT OR IGNORE INTO judgements (dataset_version, doc_id, label_id, prompt_id, model, "
-                            "p_yes) VALUES (?, ?, ?, ?, ?, ?)", rows)
+            con.executemany(
+                "INSERT OR IGNORE INTO judgements (dataset_version, doc_id, label_id, prompt_id, model, "
+                "p_yes) VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
             con.execute("COMMIT")
 
     def stats(self) -> list[tuple]:
         """(dataset_version, prompt_id, model, judgements, mean P(yes)) per group."""
-        return self._read("SELECT dataset_version, prompt_id, model, count(*), avg(p_yes) FROM judgements "
-                          "GROUP BY ALL ORDER BY ALL")
+        return self._read(
+            "SELECT dataset_version, prompt_id, model, count(*), avg(p_yes) FROM judgements GROUP BY ALL ORDER BY ALL"
+        )
 
     def export(self, out: Path) -> int:
         """Write every judgement to a CSV or Parquet file (by suffix); the number written."""
@@ -181,21 +198,33 @@ class CachedJudge:
     def stats(self):
         return self.judge.stats
 
-    def judge_pairs(self, dataset_version: str, doc_ids: np.ndarray, label_ids: np.ndarray,
-                    doc_texts: Sequence[str], label_texts: Sequence[str], *, chunk: int = 256) -> np.ndarray:
+    def judge_pairs(
+        self,
+        dataset_version: str,
+        doc_ids: np.ndarray,
+        label_ids: np.ndarray,
+        doc_texts: Sequence[str],
+        label_texts: Sequence[str],
+        *,
+        chunk: int = 256,
+    ) -> np.ndarray:
         """(n,) P(yes) of the pairs (doc_ids[i], label_ids[i]); ``doc_texts[doc_id]`` and
         ``label_texts[label_id]`` are the texts. Answers are stored every ``chunk`` pairs, so an
         interrupted run loses at most one chunk."""
         doc_ids = np.asarray(doc_ids, dtype=np.int64)
         label_ids = np.asarray(label_ids, dtype=np.int64)
-        p = (self.cache.lookup(dataset_version, self.prompt.id, self.model_key, doc_ids, label_ids)
-             if self.cache is not None else np.full(len(doc_ids), np.nan))
+        p = (
+            self.cache.lookup(dataset_version, self.prompt.id, self.model_key, doc_ids, label_ids)
+            if self.cache is not None
+            else np.full(len(doc_ids), np.nan)
+        )
         self.stats.cache_hits += int(np.isfinite(p).sum())
         todo = np.flatnonzero(np.isnan(p))
         for s in range(0, todo.size, chunk):
             idx = todo[s : s + chunk]
-            answers = self.judge.p_yes([doc_texts[d] for d in doc_ids[idx]], [label_texts[lab] for lab in label_ids[idx]],
-                                       self.prompt)
+            answers = self.judge.p_yes(
+                [doc_texts[d] for d in doc_ids[idx]], [label_texts[lab] for lab in label_ids[idx]], self.prompt
+            )
             p[idx] = answers
             if self.cache is not None:
                 self.cache.store(dataset_version, self.prompt.id, self.model_key, doc_ids[idx], label_ids[idx], answers)

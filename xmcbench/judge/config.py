@@ -44,8 +44,14 @@ def build_judge(cfg: JudgeConfig) -> Judge:
     if cfg.backend == "transformers":
         from xmcbench.judge.transformers_judge import TransformersJudge
 
-        return TransformersJudge(cfg.model, device=cfg.device, dtype=cfg.dtype, threads=cfg.threads,
-                                 batch_size=cfg.batch_size, max_doc_tokens=cfg.max_doc_tokens)
+        return TransformersJudge(
+            cfg.model,
+            device=cfg.device,
+            dtype=cfg.dtype,
+            threads=cfg.threads,
+            batch_size=cfg.batch_size,
+            max_doc_tokens=cfg.max_doc_tokens,
+        )
     import os
 
     from xmcbench.judge.openai_judge import OpenAIJudge
@@ -53,5 +59,12 @@ def build_judge(cfg: JudgeConfig) -> Judge:
     if not cfg.base_url:
         raise JudgeError("the openai judge backend needs base_url (e.g. http://127.0.0.1:8000/v1)")
     key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
-    return OpenAIJudge(cfg.base_url, cfg.model, api_key=key, concurrency=cfg.concurrency, timeout_s=cfg.timeout_s,
-                       retries=cfg.retries, max_doc_chars=cfg.max_doc_chars)
+    return OpenAIJudge(
+        cfg.base_url,
+        cfg.model,
+        api_key=key,
+        concurrency=cfg.concurrency,
+        timeout_s=cfg.timeout_s,
+        retries=cfg.retries,
+        max_doc_chars=cfg.max_doc_chars,
+    )

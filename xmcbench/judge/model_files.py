@@ -109,8 +109,10 @@ def _bf16_copy(gguf: Path, sha: str) -> Path:
         except ImportError as exc:
             raise JudgeError(f"loading a GGUF needs the judge extra (pip install 'xmcbench[judge]'): {exc}") from None
         except Exception as exc:  # transformers raises many types for a bad file
-            raise JudgeError(f"{gguf}: not a GGUF transformers can load ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+            raise JudgeError(
+                f"{gguf}: not a GGUF transformers can load ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''})"
+            ) from None
         # A GGUF-loaded model refuses save_pretrained even when dequantised: copy its dense
         # weights into a plain model built from the same config.
         config = model.config
@@ -119,8 +121,9 @@ def _bf16_copy(gguf: Path, sha: str) -> Path:
         dense = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
         missing, unexpected = dense.load_state_dict(model.state_dict(), strict=False)
         if unexpected or any(k != "lm_head.weight" for k in missing):  # lm_head may be tied to the embeddings
-            raise JudgeError(f"{gguf}: dequantised weights do not fit the model (missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]})")
+            raise JudgeError(
+                f"{gguf}: dequantised weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
         dense.tie_weights()
         tmp = folder.with_name(f".{sha}.tmp")
         dense.save_pretrained(tmp)

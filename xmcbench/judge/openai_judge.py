@@ -36,9 +36,19 @@ _RETRYABLE_HTTP = {408, 429, 500, 502, 503, 504}
 class OpenAIJudge:
     backend = "openai"
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, concurrency: int = 4,
-                 timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5, max_doc_chars: int = 3000,
-                 revision: str = ""):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        concurrency: int = 4,
+        timeout_s: float = 60.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        max_doc_chars: int = 3000,
+        revision: str = "",
+    ):
         self.base_url = base_url.rstrip("/")
         self.model_id = model
         self.revision = revision or self.base_url
@@ -74,12 +84,20 @@ class OpenAIJudge:
                     raise JudgeError(f"judge server {url} answered {last}: {detail}") from None
             except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError, OSError) as exc:
                 last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
-        raise JudgeError(f"judge server {url} failed {self.retries + 1} times (last: {last}); is it running, "
-                         f"and is the base URL right (it usually ends in /v1)?")
+        raise JudgeError(
+            f"judge server {url} failed {self.retries + 1} times (last: {last}); is it running, "
+            f"and is the base URL right (it usually ends in /v1)?"
+        )
 
     def _one(self, text: str) -> float:
-        body = {"model": self.model_id, "messages": [{"role": "user", "content": text}], "max_tokens": 1,
-                "temperature": 0, "logprobs": True, "top_logprobs": 20}
+        body = {
+            "model": self.model_id,
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": 20,
+        }
         reply = self._post(body)
         try:
             choice = reply["choices"][0]
@@ -97,8 +115,10 @@ class OpenAIJudge:
         answer = (choice.get("message") or {}).get("content") or ""
         word = answer_word(answer.split()[0] if answer.split() else "")
         if word is None:
-            raise JudgeError(f"judge {self.model_id!r} answered {answer[:40]!r}, neither yes nor no, and gave no "
-                             "yes/no among its top log-probabilities")
+            raise JudgeError(
+                f"judge {self.model_id!r} answered {answer[:40]!r}, neither yes nor no, and gave no "
+                "yes/no among its top log-probabilities"
+            )
         return 1.0 if word == "yes" else 0.0
 
     def p_yes(self, docs: Sequence[str], label_texts: Sequence[str], prompt: Prompt) -> np.ndarray:

@@ -75,34 +75,54 @@ def sample_pairs(labels: sparse.csr_matrix, n_docs: int, seed: int = 0) -> tuple
         # co-occurring labels: labels of up to 50 other documents that share `pos`
         sharers = by_label.indices[by_label.indptr[pos] : by_label.indptr[pos + 1]]
         sharers = rng.choice(sharers, size=min(50, sharers.size), replace=False)
-        related = np.setdiff1d(np.concatenate([labels.indices[labels.indptr[s] : labels.indptr[s + 1]] for s in sharers]),
-                               mine)
-        neg = int(rng.choice(related)) if related.size else int(rng.choice(np.setdiff1d(np.arange(labels.shape[1]), mine)))
+        related = np.setdiff1d(
+            np.concatenate([labels.indices[labels.indptr[s] : labels.indptr[s + 1]] for s in sharers]), mine
+        )
+        neg = (
+            int(rng.choice(related))
+            if related.size
+            else int(rng.choice(np.setdiff1d(np.arange(labels.shape[1]), mine)))
+        )
         docs += [r, r]
         labs += [pos, neg]
         truth += [True, False]
     return np.array(docs, dtype=np.int64), np.array(labs, dtype=np.int64), np.array(truth)
 
 
-def judge_quality(p: np.ndarray, is_true: np.ndarray, label_ids: np.ndarray,
-                  groups: dict[str, np.ndarray] | None = None) -> QualityReport:
+def judge_quality(
+    p: np.ndarray, is_true: np.ndarray, label_ids: np.ndarray, groups: dict[str, np.ndarray] | None = None
+) -> QualityReport:
     """Accuracy, AUC and per-group agreement of answers ``p`` against ``is_true``."""
     t, acc = _best_threshold(p, is_true)
     report = QualityReport(
-        n_pairs=int(p.size), accuracy_at_half=float(((p >= 0.5) == is_true).mean()), best_threshold=t,
-        accuracy_at_best=acc, auc=_auc(p, is_true), mean_p_pos=float(p[is_true].mean()),
+        n_pairs=int(p.size),
+        accuracy_at_half=float(((p >= 0.5) == is_true).mean()),
+        best_threshold=t,
+        accuracy_at_best=acc,
+        auc=_auc(p, is_true),
+        mean_p_pos=float(p[is_true].mean()),
         mean_p_neg=float(p[~is_true].mean()),
     )
     for name, mask in (groups or {}).items():  # (L,) bool masks, as xmcbench.metrics.groups.label_groups gives
         sel = np.asarray(mask, dtype=bool)[label_ids]
         if sel.any():
-            report.groups[name] = {"pairs": int(sel.sum()), "agreement": float(((p[sel] >= t) == is_true[sel]).mean()),
-                                   "auc": _auc(p[sel], is_true[sel])}
+            report.groups[name] = {
+                "pairs": int(sel.sum()),
+                "agreement": float(((p[sel] >= t) == is_true[sel]).mean()),
+                "auc": _auc(p[sel], is_true[sel]),
+            }
     return report
 
 
-def injection_shift(judge: Judge, prompt: Prompt, docs: Sequence[str], label_texts: Sequence[str],
-                    is_true: np.ndarray, clean_p: np.ndarray, threshold: float) -> dict:
+def injection_shift(
+    judge: Judge,
+    prompt: Prompt,
+    docs: Sequence[str],
+    label_texts: Sequence[str],
+    is_true: np.ndarray,
+    clean_p: np.ndarray,
+    threshold: float,
+) -> dict:
     """Ask again with each injection appended to the document; how P(yes) moves."""
     out = {}
     for text in INJECTIONS:

@@ -33,8 +33,17 @@ _SPELLINGS = ("yes", "Yes", "YES", " yes", " Yes", " YES", "no", "No", "NO", " n
 class TransformersJudge:
     backend = "transformers"
 
-    def __init__(self, model: str, *, device: str = "cpu", dtype: str = "bfloat16", threads: int | None = 1,
-                 batch_size: int = 8, max_doc_tokens: int = 430, use_chat_template: bool = True):
+    def __init__(
+        self,
+        model: str,
+        *,
+        device: str = "cpu",
+        dtype: str = "bfloat16",
+        threads: int | None = 1,
+        batch_size: int = 8,
+        max_doc_tokens: int = 430,
+        use_chat_template: bool = True,
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -67,15 +76,18 @@ class TransformersJudge:
             if len(ids) == 1:
                 (yes if answer_word(s) == "yes" else no).add(ids[0])
         if not yes or not no:
-            raise JudgeError(f"judge model {self.model_id!r}: its tokenizer has no single token for "
-                             f"{'yes' if not yes else 'no'}; P(yes) cannot be read from next-token logits")
+            raise JudgeError(
+                f"judge model {self.model_id!r}: its tokenizer has no single token for "
+                f"{'yes' if not yes else 'no'}; P(yes) cannot be read from next-token logits"
+            )
         return sorted(yes), sorted(no)
 
     def _format(self, text: str) -> str:
         if not self.chat:
             return text
-        return self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                  add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
 
     def _fit_doc(self, doc: str, label: str, prompt: Prompt) -> str:
         question_len = len(self.tokenizer.encode(self._format(prompt.render("", label)), add_special_tokens=False))
@@ -93,8 +105,12 @@ class TransformersJudge:
         messages = [prompt.render(self._fit_doc(d, lt, prompt), lt) for d, lt in zip(docs, label_texts, strict=False)]
         out = self.score_messages(messages)
         if self.stats.truncated > truncated_before:
-            log.warning("judge: %d of %d documents cut to fit %d tokens (the question is kept whole)",
-                        self.stats.truncated - truncated_before, len(messages), self.max_doc_tokens)
+            log.warning(
+                "judge: %d of %d documents cut to fit %d tokens (the question is kept whole)",
+                self.stats.truncated - truncated_before,
+                len(messages),
+                self.max_doc_tokens,
+            )
         return out
 
     def score_messages(self, messages: Sequence[str]) -> np.ndarray:
@@ -110,8 +126,9 @@ class TransformersJudge:
         with torch.inference_mode():
             for s in range(0, len(order), self.batch_size):
                 idx = order[s : s + self.batch_size]
-                batch = self.tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
-                                       add_special_tokens=False).to(self.device)
+                batch = self.tokenizer(
+                    [texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False
+                ).to(self.device)
                 # Left padding: positions count from each row's first real token, as generate() does.
                 positions = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
                 logits = self.model(**batch, position_ids=positions, logits_to_keep=1).logits[:, -1].float()  # (b, V)

@@ -26,9 +26,7 @@ def check_scores_targets(scores: torch.Tensor, targets: torch.Tensor, loss: str)
     if not isinstance(scores, torch.Tensor) or not isinstance(targets, torch.Tensor):
         raise LossInputError(f"{loss}: scores and targets must be torch tensors")
     if scores.dim() != 2:
-        raise LossInputError(
-            f"{loss}: scores must be a 2-D (batch, pool) tensor, got shape {tuple(scores.shape)}"
-        )
+        raise LossInputError(f"{loss}: scores must be a 2-D (batch, pool) tensor, got shape {tuple(scores.shape)}")
     if not scores.is_floating_point():
         raise LossInputError(f"{loss}: scores must be floating point, got {scores.dtype}; use scores.float()")
     if targets.shape != scores.shape:

@@ -83,9 +83,7 @@ def _check(gamma_min: float, gamma_max: float, variant: str, negative_temperatur
     if not 0 <= gamma_min <= gamma_max:
         raise LossInputError(f"dynamic margin needs 0 <= gamma_min <= gamma_max, got {gamma_min}, {gamma_max}")
     if variant not in VARIANTS:
-        raise LossInputError(
-            f"unknown dynamic-margin variant {variant!r}; choose 'max' (released code) or 'paper'"
-        )
+        raise LossInputError(f"unknown dynamic-margin variant {variant!r}; choose 'max' (released code) or 'paper'")
     if negative_temperature is not None and not negative_temperature > 0:
         raise LossInputError(f"negative_temperature must be > 0 or None, got {negative_temperature}")
 

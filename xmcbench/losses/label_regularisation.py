@@ -34,9 +34,13 @@ from xmcbench.losses.common import LossInputError, upcast
 __all__ = ["label_regularisation_loss"]
 
 
-def label_regularisation_loss(h: torch.Tensor, h_plus: torch.Tensor, negatives: torch.Tensor,
-                              temperature: float = 1.0,
-                              reduction: Literal["mean", "sum"] = "mean") -> torch.Tensor:
+def label_regularisation_loss(
+    h: torch.Tensor,
+    h_plus: torch.Tensor,
+    negatives: torch.Tensor,
+    temperature: float = 1.0,
+    reduction: Literal["mean", "sum"] = "mean",
+) -> torch.Tensor:
     """MACLR Eq. 3.
 
     Args:
@@ -50,10 +54,14 @@ def label_regularisation_loss(h: torch.Tensor, h_plus: torch.Tensor, negatives: 
         Scalar loss.
     """
     if h.dim() != 2 or h_plus.shape != h.shape:
-        raise LossInputError(f"label_regularisation_loss: h and h_plus must both be (N, d); got "
-                             f"{tuple(h.shape)} and {tuple(h_plus.shape)}")
+        raise LossInputError(
+            f"label_regularisation_loss: h and h_plus must both be (N, d); got "
+            f"{tuple(h.shape)} and {tuple(h_plus.shape)}"
+        )
     if negatives.dim() != 2 or negatives.shape[1] != h.shape[1]:
-        raise LossInputError(f"label_regularisation_loss: negatives must be (M, {h.shape[1]}), got {tuple(negatives.shape)}")
+        raise LossInputError(
+            f"label_regularisation_loss: negatives must be (M, {h.shape[1]}), got {tuple(negatives.shape)}"
+        )
     if temperature <= 0:
         raise LossInputError(f"label_regularisation_loss: temperature must be > 0, got {temperature}")
     if reduction not in ("mean", "sum"):

@@ -81,8 +81,9 @@ def psl_loss(scores: torch.Tensor, targets: torch.Tensor, reduction: str = "sum"
     return mean_over_rows(row_nll, count)
 
 
-def psl_bidirectional_loss(scores: torch.Tensor, targets: torch.Tensor, lambda_q2l: float = 0.5,
-                           reduction: str = "sum") -> torch.Tensor:
+def psl_bidirectional_loss(
+    scores: torch.Tensor, targets: torch.Tensor, lambda_q2l: float = 0.5, reduction: str = "sum"
+) -> torch.Tensor:
     """lambda L_q2l + (1 - lambda) L_l2q (UniDEC's symmetric L_D or L_C) over one score matrix.
 
     Args:
@@ -92,8 +93,9 @@ def psl_bidirectional_loss(scores: torch.Tensor, targets: torch.Tensor, lambda_q
         reduction: "sum" (paper) or "mean", applied to each direction (see the module docstring).
     """
     check_fraction(lambda_q2l, "lambda_q2l", "psl_bidirectional_loss")
-    return (lambda_q2l * psl_loss(scores, targets, reduction)
-            + (1.0 - lambda_q2l) * psl_loss(scores.T, targets.T, reduction))
+    return lambda_q2l * psl_loss(scores, targets, reduction) + (1.0 - lambda_q2l) * psl_loss(
+        scores.T, targets.T, reduction
+    )
 
 
 def unidec_loss(

@@ -46,7 +46,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -231,8 +231,9 @@ def soft_top_k_loss(
     check_scores_targets(scores, targets, "soft_top_k_loss")
     _check(scores, k, alpha, n_iter, sum_fn, max_fn, "soft_top_k_loss")
     if normalise not in ("labels", "positives"):
-        raise LossInputError(f"soft_top_k_loss: normalise must be 'labels' (Eq. 6) or 'positives' (released code), "
-                             f"got {normalise!r}")
+        raise LossInputError(
+            f"soft_top_k_loss: normalise must be 'labels' (Eq. 6) or 'positives' (released code), got {normalise!r}"
+        )
     if counted is not None:
         check_scores_targets(scores, counted, "soft_top_k_loss (counted)")
         targets = targets & counted

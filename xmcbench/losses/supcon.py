@@ -49,8 +49,9 @@ def cluster_targets(clusters: torch.Tensor) -> torch.Tensor:
     return clusters[:, None] == clusters[None, :]
 
 
-def supcon_loss(scores: torch.Tensor, clusters: torch.Tensor,
-                reduction: Literal["mean", "sum"] = "mean") -> torch.Tensor:
+def supcon_loss(
+    scores: torch.Tensor, clusters: torch.Tensor, reduction: Literal["mean", "sum"] = "mean"
+) -> torch.Tensor:
     """MACLR Eq. 2: supervised contrastive loss of contexts against titles under a clustering.
 
     Args:
@@ -67,15 +68,18 @@ def supcon_loss(scores: torch.Tensor, clusters: torch.Tensor,
     return supcon_loss_from_targets(scores, cluster_targets(clusters), reduction)
 
 
-def supcon_loss_from_targets(scores: torch.Tensor, positives: torch.Tensor,
-                             reduction: Literal["mean", "sum"] = "mean") -> torch.Tensor:
+def supcon_loss_from_targets(
+    scores: torch.Tensor, positives: torch.Tensor, reduction: Literal["mean", "sum"] = "mean"
+) -> torch.Tensor:
     """Eq. 2 with P(i) given directly as a bool (N, N) mask (row i's positive columns).
 
     Stage II's pseudo pairs and few-shot pairs use this form: column p is a positive of row i
     when pair p's label is one of instance i's (pseudo) labels. Rows need at least one positive.
     """
     if not isinstance(scores, torch.Tensor) or scores.dim() != 2 or scores.shape[0] != scores.shape[1]:
-        raise LossInputError(f"supcon_loss: scores must be a square (N, N) tensor, got {getattr(scores, 'shape', None)}")
+        raise LossInputError(
+            f"supcon_loss: scores must be a square (N, N) tensor, got {getattr(scores, 'shape', None)}"
+        )
     if not scores.is_floating_point():
         raise LossInputError(f"supcon_loss: scores must be floating point, got {scores.dtype}")
     if positives.shape != scores.shape or positives.dtype != torch.bool:

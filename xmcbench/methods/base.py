@@ -13,9 +13,10 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, Sequence
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -93,8 +94,16 @@ class RunContext:
         now = time.monotonic()
         self._epoch_clock.update(start=now, last=now)
 
-    def log_epoch(self, epoch: int, epochs: int, step: int | None = None, loss: Any = None, scheduler: Any = None,
-                  queries: int | None = None, **facts: Any) -> dict[str, Any]:
+    def log_epoch(
+        self,
+        epoch: int,
+        epochs: int,
+        step: int | None = None,
+        loss: Any = None,
+        scheduler: Any = None,
+        queries: int | None = None,
+        **facts: Any,
+    ) -> dict[str, Any]:
         """Called once at the end of each training epoch (1-based ``epoch`` of ``epochs``).
 
         Logs one line to the ``xmcbench.train`` logger (INFO: stderr by default, whether or not a
@@ -165,7 +174,9 @@ def _learning_rate(scheduler: Any) -> float | None:
 
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 def _epoch_line(entry: dict[str, Any]) -> str:

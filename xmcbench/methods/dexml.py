@@ -38,8 +38,9 @@ on the test set (never: ``training.validation_fraction`` carves a validation spl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Literal, Sequence
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -84,8 +85,15 @@ class DexmlMethod:
     # ------------------------------------------------------------------------------------------
     def fit(self, task: TrainTask, ctx: RunContext) -> None:
         from xmcbench.sampling import PoolAccounting, ShortlistSchedule
-        from xmcbench.train import (build_optimizer, build_scheduler, get_rank, get_world_size, is_main,
-                                    load_checkpoint, save_checkpoint)
+        from xmcbench.train import (
+            build_optimizer,
+            build_scheduler,
+            get_rank,
+            get_world_size,
+            is_main,
+            load_checkpoint,
+            save_checkpoint,
+        )
 
         c, t = self.config, self.recipe.training
         labels = task.train_labels
@@ -122,26 +130,43 @@ class DexmlMethod:
 
         # 4. epochs
         for epoch in range(start_epoch, t.epochs):
-            need_shortlist = c.regime == "hard_negatives" and c.hard_negatives > 0 and (
-                shortlists.due(epoch) or (shortlist is None and epoch >= c.hard_negative_start_epoch))
+            need_shortlist = (
+                c.regime == "hard_negatives"
+                and c.hard_negatives > 0
+                and (shortlists.due(epoch) or (shortlist is None and epoch >= c.hard_negative_start_epoch))
+            )
             need_clusters = de.clustering_due(schedule, epoch, sampler)
             if need_shortlist or need_clusters:
-                query_emb = de.encode_all(self.encoder, tokens.queries, ctx.device, ctx.precision,
-                                          c.encode_batch_size, rows=rows, progress=ctx.progress,
-                                          description=f"epoch {epoch}: encode queries")  # (N, d)
+                query_emb = de.encode_all(
+                    self.encoder,
+                    tokens.queries,
+                    ctx.device,
+                    ctx.precision,
+                    c.encode_batch_size,
+                    rows=rows,
+                    progress=ctx.progress,
+                    description=f"epoch {epoch}: encode queries",
+                )  # (N, d)
                 if need_clusters:
                     de.recluster(sampler, schedule, epoch, query_emb, t.seed, ctx.device)
                 if need_shortlist:
-                    label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision,
-                                              c.encode_batch_size, progress=ctx.progress,
-                                              description=f"epoch {epoch}: encode labels")  # (L, d)
+                    label_emb = de.encode_all(
+                        self.encoder,
+                        tokens.labels,
+                        ctx.device,
+                        ctx.precision,
+                        c.encode_batch_size,
+                        progress=ctx.progress,
+                        description=f"epoch {epoch}: encode labels",
+                    )  # (L, d)
                     shortlist = _build_shortlist(query_emb, label_emb, labels[rows], c.shortlist_k, ctx)
             sampler.set_epoch(epoch)
             self.encoder.train()
             from xmcbench.progress import task as progress_task
 
-            with progress_task(f"epoch {epoch + 1}/{t.epochs}", len(sampler) - sampler.consumed,
-                               enabled=ctx.progress and is_main()) as advance:
+            with progress_task(
+                f"epoch {epoch + 1}/{t.epochs}", len(sampler) - sampler.consumed, enabled=ctx.progress and is_main()
+            ) as advance:
                 for batch in sampler:
                     batch_rows = rows[batch]  # (b,) training query ids
                     if c.regime == "all_negatives":
@@ -149,8 +174,9 @@ class DexmlMethod:
                         positives_seen += int(np.diff(labels.indptr)[batch_rows].sum())
                         queries_seen += batch_rows.size
                     else:
-                        loss, pool = self._hard_negative_step(batch_rows, batch, labels, shortlist, tokens, ctx,
-                                                              epoch, step, world, rank)
+                        loss, pool = self._hard_negative_step(
+                            batch_rows, batch, labels, shortlist, tokens, ctx, epoch, step, world, rank
+                        )
                         accounting.update(pool)
                     # Each rank backpropagated its share (its queries, its label shard) of one global
                     # loss, so the gradients are summed over ranks (DEXML Appendix B.5).
@@ -162,40 +188,72 @@ class DexmlMethod:
                 if p1 > best:
                     best = p1
                     _save_encoder_atomic(self.encoder, ctx.checkpoint_dir / "best")
-            extra = {"accounting": accounting.state_dict(), "best_val_p1": best,
-                     "positives_seen": positives_seen, "queries_seen": queries_seen}
+            extra = {
+                "accounting": accounting.state_dict(),
+                "best_val_p1": best,
+                "positives_seen": positives_seen,
+                "queries_seen": queries_seen,
+            }
             if need_shortlist and shortlist is not None and is_main():
                 de.save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
-            save_checkpoint(ckpt_dir, epoch + 1, step, self.encoder, optimizer, scheduler,
-                            sampler_state=sampler.state_dict(), extra=extra)
-            ctx.log_epoch(epoch + 1, t.epochs, step=step, loss=locals().get("loss"), scheduler=scheduler, queries=len(rows))
+            save_checkpoint(
+                ckpt_dir,
+                epoch + 1,
+                step,
+                self.encoder,
+                optimizer,
+                scheduler,
+                sampler_state=sampler.state_dict(),
+                extra=extra,
+            )
+            ctx.log_epoch(
+                epoch + 1, t.epochs, step=step, loss=locals().get("loss"), scheduler=scheduler, queries=len(rows)
+            )
 
         # 5. the model to keep, and its label embeddings for prediction (rank 0 predicts)
         if not is_main():
             return
         if val_rows.size and (ctx.checkpoint_dir / "best").exists():
             self.encoder = de.build_encoder_from(ctx.checkpoint_dir / "best", self.recipe).to(ctx.device)
-        self.label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size,
-                                       progress=ctx.progress, description="encode labels")
+        self.label_emb = de.encode_all(
+            self.encoder,
+            tokens.labels,
+            ctx.device,
+            ctx.precision,
+            c.encode_batch_size,
+            progress=ctx.progress,
+            description="encode labels",
+        )
         # Totals come from the checkpointed counters, so a resumed run reports the whole training.
-        ctx.accounting.update(batch_size=t.batch_size, steps=step, world_size=world,
-                              validation_p1=best if val_rows.size else None, batching=c.batching,
-                              hard_negative_start_epoch=c.hard_negative_start_epoch
-                              if c.regime == "hard_negatives" else None,
-                              soft_top_k_variant=c.soft_top_k_variant if c.loss == "soft_top_k" else None,
-                              grad_clip=t.grad_clip,
-                              grad_norm_preclip_mean=float(np.mean(grad_norms)) if grad_norms else None,
-                              grad_norm_preclip_max=float(np.max(grad_norms)) if grad_norms else None)
+        ctx.accounting.update(
+            batch_size=t.batch_size,
+            steps=step,
+            world_size=world,
+            validation_p1=best if val_rows.size else None,
+            batching=c.batching,
+            hard_negative_start_epoch=c.hard_negative_start_epoch if c.regime == "hard_negatives" else None,
+            soft_top_k_variant=c.soft_top_k_variant if c.loss == "soft_top_k" else None,
+            grad_clip=t.grad_clip,
+            grad_norm_preclip_mean=float(np.mean(grad_norms)) if grad_norms else None,
+            grad_norm_preclip_max=float(np.max(grad_norms)) if grad_norms else None,
+        )
         if c.regime == "all_negatives":
-            ctx.accounting.update(pool_size_mean=float(labels.shape[1]), pool_size_max=int(labels.shape[1]),
-                                  positives_per_query=positives_seen / max(queries_seen, 1),
-                                  hard_negatives_per_query=None, refresh_interval=None)
+            ctx.accounting.update(
+                pool_size_mean=float(labels.shape[1]),
+                pool_size_max=int(labels.shape[1]),
+                positives_per_query=positives_seen / max(queries_seen, 1),
+                hard_negatives_per_query=None,
+                refresh_interval=None,
+            )
         elif accounting.steps:
             summary = accounting.summary()
-            ctx.accounting.update(pool_size_mean=summary["pool_size_mean"], pool_size_max=summary["pool_size_max"],
-                                  positives_per_query=summary["positives_in_pool_per_query_mean"],
-                                  hard_negatives_per_query=summary["hard_negatives_per_query_mean"],
-                                  refresh_interval=c.refresh_every)
+            ctx.accounting.update(
+                pool_size_mean=summary["pool_size_mean"],
+                pool_size_max=summary["pool_size_max"],
+                positives_per_query=summary["positives_in_pool_per_query_mean"],
+                hard_negatives_per_query=summary["hard_negatives_per_query_mean"],
+                refresh_interval=c.refresh_every,
+            )
 
     # ------------------------------------------------------------------------------------------
     def _scores_loss(self, scores: torch.Tensor, targets: torch.Tensor, counted: torch.Tensor | None):
@@ -213,8 +271,14 @@ class DexmlMethod:
         loss_fn = LOSSES.get(c.loss)  # every registered loss takes (scores, targets, ...)
         if c.loss == "soft_top_k":
             if c.soft_top_k_variant == "released":
-                return loss_fn(scores, targets, k=c.soft_top_k, alpha=c.alpha,
-                               counted=counted.to(scores.device), normalise="positives")
+                return loss_fn(
+                    scores,
+                    targets,
+                    k=c.soft_top_k,
+                    alpha=c.alpha,
+                    counted=counted.to(scores.device),
+                    normalise="positives",
+                )
             return loss_fn(scores, targets, k=c.soft_top_k, alpha=c.alpha)
         if counted is None:
             return loss_fn(scores, targets)
@@ -233,12 +297,14 @@ class DexmlMethod:
         from xmcbench.train import autocast, shard_range
 
         c, seed = self.config, self.recipe.training.seed
-        positives = sample_positives(labels, batch_rows, c.positives_per_query,
-                                     step_rng(seed, epoch, step, "positives"))  # (B, β)
+        positives = sample_positives(
+            labels, batch_rows, c.positives_per_query, step_rng(seed, epoch, step, "positives")
+        )  # (B, β)
         negatives = None
         if c.hard_negatives > 0 and shortlist is not None and epoch >= c.hard_negative_start_epoch:
-            negatives = sample_hard_negatives(shortlist[batch], labels[batch_rows], c.hard_negatives,
-                                              step_rng(seed, epoch, step, "negatives"))  # (B, m)
+            negatives = sample_hard_negatives(
+                shortlist[batch], labels[batch_rows], c.hard_negatives, step_rng(seed, epoch, step, "negatives")
+            )  # (B, m)
         pool = build_label_pool(labels, batch_rows, positives, negatives)
         targets = pool.tensors(ctx.device)["targets"]  # (B, P)
         # The counted positives are the sampled ones *in the pool*: one_positive counts the first
@@ -259,14 +325,19 @@ class DexmlMethod:
             shard = shard_range(pool.size, rank, world)
             local_rows = np.array_split(batch_rows, world)[rank]
             q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
-            z = self._embed_or_empty(tokens.labels, pool.labels[shard.start:shard.stop], ctx)  # (P_r, d)
+            z = self._embed_or_empty(tokens.labels, pool.labels[shard.start : shard.stop], ctx)  # (P_r, d)
             counted = None if counted_slots is None else slots_mask(counted_slots, shard).to(ctx.device)
-            loss = self._sharded_loss(q, z, targets[:, shard.start:shard.stop], counted)
+            loss = self._sharded_loss(q, z, targets[:, shard.start : shard.stop], counted)
         loss.backward()
         return loss.detach(), pool
 
-    def _sharded_loss(self, q_local: torch.Tensor, z_shard: torch.Tensor, targets_shard: torch.Tensor,
-                      counted_shard: torch.Tensor | None) -> torch.Tensor:
+    def _sharded_loss(
+        self,
+        q_local: torch.Tensor,
+        z_shard: torch.Tensor,
+        targets_shard: torch.Tensor,
+        counted_shard: torch.Tensor | None,
+    ) -> torch.Tensor:
         """The loss of the global batch with labels sharded over ranks (Appendix B.5 / B.7).
 
         Backpropagating the returned value on every rank and summing the parameter gradients over
@@ -278,17 +349,24 @@ class DexmlMethod:
 
         c = self.config
         if c.loss == "decoupled_softmax":
-            return sharded_decoupled_softmax_loss(q_local, z_shard, targets_shard, temperature=c.temperature,
-                                                  counted_shard=counted_shard)
+            return sharded_decoupled_softmax_loss(
+                q_local, z_shard, targets_shard, temperature=c.temperature, counted_shard=counted_shard
+            )
         q_all = all_gather_with_grad(q_local)  # (B, d)
         with torch.autocast(q_all.device.type, enabled=False):  # bisection sums in fp32
             scores = (q_all.float() @ z_shard.float().T) / c.temperature  # (B, L_r)
             released = c.soft_top_k_variant == "released"
             # Row sums (threshold bisection, counts) combine over ranks; each rank's value is its share.
-            share = soft_top_k_loss(scores, targets_shard.bool(), k=c.soft_top_k, alpha=c.alpha,
-                                    sum_fn=lambda x: all_reduce_sum(x.detach()), max_fn=all_reduce_max,
-                                    counted=counted_shard if released else None,
-                                    normalise="positives" if released else "labels")
+            share = soft_top_k_loss(
+                scores,
+                targets_shard.bool(),
+                k=c.soft_top_k,
+                alpha=c.alpha,
+                sum_fn=lambda x: all_reduce_sum(x.detach()),
+                max_fn=all_reduce_max,
+                counted=counted_shard if released else None,
+                normalise="positives" if released else "labels",
+            )
         total = all_reduce_sum(share.detach())
         return share + (total - share).detach()  # the global value, this rank's gradient share
 
@@ -303,11 +381,14 @@ class DexmlMethod:
     def _all_negatives_step(self, batch_rows, labels, tokens, ctx, world: int, rank: int, epoch: int, step: int):
         """Every label in the loss: gradient-cached label embeddings, sharded over ranks when world > 1."""
         from xmcbench.train import autocast, backward_chunks, cached_embeddings, shard_range
+
         c, seed = self.config, self.recipe.training.seed
         n_labels = labels.shape[1]
         shard = shard_range(n_labels, rank, world)
-        chunks = [np.arange(s, min(s + c.gradcache_chunk, shard.stop)) for s in range(shard.start, shard.stop,
-                                                                                     c.gradcache_chunk)]
+        chunks = [
+            np.arange(s, min(s + c.gradcache_chunk, shard.stop))
+            for s in range(shard.start, shard.stop, c.gradcache_chunk)
+        ]
 
         def label_fn(idx):
             with autocast(ctx.device, ctx.precision):
@@ -318,11 +399,13 @@ class DexmlMethod:
         cached = cached_embeddings(label_fn, chunks) if chunks else None  # (L_r, d) leaf
         counted = None
         if c.loss == "soft_top_k" and c.soft_top_k_variant == "released":
-            counted = _sampled_positive_mask(labels, batch_rows, np.arange(shard.start, shard.stop), c.soft_top_k,
-                                             seed, epoch, step, "soft-top-k").to(ctx.device)  # (B, L_r)
+            counted = _sampled_positive_mask(
+                labels, batch_rows, np.arange(shard.start, shard.stop), c.soft_top_k, seed, epoch, step, "soft-top-k"
+            ).to(ctx.device)  # (B, L_r)
         elif c.one_positive:
-            counted = _sampled_positive_mask(labels, batch_rows, np.arange(shard.start, shard.stop), 1, seed, epoch,
-                                             step, "one-positive").to(ctx.device)  # (B, L_r)
+            counted = _sampled_positive_mask(
+                labels, batch_rows, np.arange(shard.start, shard.stop), 1, seed, epoch, step, "one-positive"
+            ).to(ctx.device)  # (B, L_r)
         if world > 1:
             label_emb = cached.embeddings if cached else q.new_zeros((0, self.encoder.dim), requires_grad=True)
             targets = de.dense_targets(labels, batch_rows, shard, ctx.device)  # (B, L_r)
@@ -343,16 +426,18 @@ class DexmlMethod:
 
         c = self.config
         label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size)
-        query_emb = de.encode_all(self.encoder, tokens.queries, ctx.device, ctx.precision, c.encode_batch_size,
-                                  rows=val_rows)
+        query_emb = de.encode_all(
+            self.encoder, tokens.queries, ctx.device, ctx.precision, c.encode_batch_size, rows=val_rows
+        )
         pred = exact_topk(query_emb, label_emb, 1, device=ctx.device)
         return evaluate(pred, labels[val_rows], k=(1,), metrics=["P"])["P@1"]
 
     # ------------------------------------------------------------------------------------------
     def predict(self, texts: Sequence[str], k: int, ctx: RunContext) -> sparse.csr_matrix:
         assert self.encoder is not None and self.label_emb is not None, "fit or load first"
-        return de.predict_topk(self.encoder, texts, self.label_emb, k, ctx, self.config.encode_batch_size,
-                               self.config.search_backend)
+        return de.predict_topk(
+            self.encoder, texts, self.label_emb, k, ctx, self.config.encode_batch_size, self.config.search_backend
+        )
 
     def save(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
@@ -384,8 +469,16 @@ def slots_mask(slots: np.ndarray, columns: range) -> torch.Tensor:
     return mask
 
 
-def _sampled_positive_mask(labels: sparse.csr_matrix, rows: np.ndarray, columns: np.ndarray, n: int, seed: int,
-                           epoch: int, step: int, stream: str) -> torch.Tensor:
+def _sampled_positive_mask(
+    labels: sparse.csr_matrix,
+    rows: np.ndarray,
+    columns: np.ndarray,
+    n: int,
+    seed: int,
+    epoch: int,
+    step: int,
+    stream: str,
+) -> torch.Tensor:
     """(B, |columns|) bool: ≤ n positives per row, drawn from the CSR, marked where they are columns.
 
     All-negatives regime only (every label is a column somewhere). The draw depends only on
@@ -418,14 +511,16 @@ def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int) -> flo
     return norm
 
 
-def _build_shortlist(query_emb: np.ndarray, label_emb: np.ndarray, positives: sparse.csr_matrix, k: int,
-                     ctx: RunContext) -> np.ndarray:
+def _build_shortlist(
+    query_emb: np.ndarray, label_emb: np.ndarray, positives: sparse.csr_matrix, k: int, ctx: RunContext
+) -> np.ndarray:
     """Top-k *negative* shortlist (positives excluded), identical on every rank (rank 0's)."""
     from xmcbench.sampling import build_shortlist
     from xmcbench.train import get_world_size
 
-    shortlist = build_shortlist(query_emb, label_emb, min(k, label_emb.shape[0]), exclude=positives,
-                                device=ctx.device, progress=ctx.progress)
+    shortlist = build_shortlist(
+        query_emb, label_emb, min(k, label_emb.shape[0]), exclude=positives, device=ctx.device, progress=ctx.progress
+    )
     if get_world_size() > 1:
         import torch.distributed as dist
 

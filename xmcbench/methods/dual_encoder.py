@@ -8,8 +8,9 @@ NGAME's negative-mining-aware clustering schedule; the model is checkpointed eve
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -41,8 +42,15 @@ def build_encoder(recipe, *, dropout: float = 0.0, projection_dim: int | None = 
     from xmcbench.encoders import TextEncoder
 
     e = recipe.encoder
-    return TextEncoder(e.name, pooling=e.pooling, normalize=e.normalize if normalize is None else normalize,
-                       max_length=e.max_length, revision=e.revision, projection_dim=projection_dim, dropout=dropout)
+    return TextEncoder(
+        e.name,
+        pooling=e.pooling,
+        normalize=e.normalize if normalize is None else normalize,
+        max_length=e.max_length,
+        revision=e.revision,
+        projection_dim=projection_dim,
+        dropout=dropout,
+    )
 
 
 def build_encoder_from(folder, recipe):
@@ -66,12 +74,22 @@ def tokenise(encoder, task: TrainTask, recipe, progress: bool) -> TokenisedTask:
 
     e = recipe.encoder
     label_len = e.label_max_length or e.max_length
-    queries = TokenCache.build_or_load(task.train_texts, encoder.tokenizer, e.max_length,
-                                       (task.dataset_name, "train", "query"), version=task.dataset_version,
-                                       progress=progress)
-    labels = TokenCache.build_or_load(task.label_texts, encoder.tokenizer, label_len,
-                                      (task.dataset_name, "labels", "title"), version=task.dataset_version,
-                                      progress=progress)
+    queries = TokenCache.build_or_load(
+        task.train_texts,
+        encoder.tokenizer,
+        e.max_length,
+        (task.dataset_name, "train", "query"),
+        version=task.dataset_version,
+        progress=progress,
+    )
+    labels = TokenCache.build_or_load(
+        task.label_texts,
+        encoder.tokenizer,
+        label_len,
+        (task.dataset_name, "labels", "title"),
+        version=task.dataset_version,
+        progress=progress,
+    )
     return TokenisedTask(queries, labels)
 
 
@@ -82,8 +100,17 @@ def embed(encoder, cache, indices: np.ndarray, device: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def encode_all(encoder, cache, device: str, precision: str, batch_size: int, *, rows: np.ndarray | None = None,
-               progress: bool = False, description: str = "encode") -> np.ndarray:
+def encode_all(
+    encoder,
+    cache,
+    device: str,
+    precision: str,
+    batch_size: int,
+    *,
+    rows: np.ndarray | None = None,
+    progress: bool = False,
+    description: str = "encode",
+) -> np.ndarray:
     """Φ of every cached text (or of ``rows``) without a graph -> (N, d) float32, length-sorted batches."""
     from xmcbench.train import autocast
 
@@ -123,17 +150,18 @@ def make_sampler(config: DualEncoderConfig, n_queries: int, batch_size: int, see
     if config.batching == "one_cluster_per_batch":
         # UniDEC Algorithm 1: clusters of size N/|𝔅| from the first epoch, never grown.
         schedule = ClusterSchedule(cluster_size=batch_size, start_epoch=0, every=config.recluster_every, grow_at=())
-        return ClusterBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last,
-                                   one_batch_per_cluster=True), schedule
-    schedule = ClusterSchedule(cluster_size=config.cluster_size, start_epoch=config.cluster_start_epoch,
-                               every=config.recluster_every)
+        return ClusterBatchSampler(
+            n_queries, batch_size, seed=seed, drop_last=drop_last, one_batch_per_cluster=True
+        ), schedule
+    schedule = ClusterSchedule(
+        cluster_size=config.cluster_size, start_epoch=config.cluster_start_epoch, every=config.recluster_every
+    )
     return ClusterBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last), schedule
 
 
 def recluster(sampler, schedule, epoch: int, query_emb: np.ndarray, seed: int, device: str) -> None:
     """Balanced hierarchical 2-means of the current query embeddings (NGAME), when the schedule says so."""
     from xmcbench.sampling import balanced_kmeans
-
     from xmcbench.train.distributed import all_gather_objects
 
     step = schedule(epoch)
@@ -150,25 +178,41 @@ def clustering_due(schedule, epoch: int, sampler) -> bool:
     return step.cluster_size is not None and (step.recluster or sampler.n_clusters is None)
 
 
-def predict_topk(encoder, texts: Sequence[str], label_emb: np.ndarray, k: int, ctx: RunContext,
-                 batch_size: int, backend: str = "torch") -> sparse.csr_matrix:
+def predict_topk(
+    encoder,
+    texts: Sequence[str],
+    label_emb: np.ndarray,
+    k: int,
+    ctx: RunContext,
+    batch_size: int,
+    backend: str = "torch",
+) -> sparse.csr_matrix:
     """Exact maximum-inner-product search of the queries' Φ against ``label_emb`` (L, d)."""
     from xmcbench.search.exact import exact_topk
 
-    queries = encoder.encode(texts, batch_size=batch_size, device=ctx.device, progress=ctx.progress,
-                             description="encode queries", precision=ctx.precision)  # (N, d)
+    queries = encoder.encode(
+        texts,
+        batch_size=batch_size,
+        device=ctx.device,
+        progress=ctx.progress,
+        description="encode queries",
+        precision=ctx.precision,
+    )  # (N, d)
     return exact_topk(queries, label_emb, k, device=ctx.device, backend=backend)
 
 
-def dense_targets(labels: sparse.csr_matrix, rows: np.ndarray, columns: range | None = None,
-                  device: str = "cpu") -> torch.Tensor:
+def dense_targets(
+    labels: sparse.csr_matrix, rows: np.ndarray, columns: range | None = None, device: str = "cpu"
+) -> torch.Tensor:
     """(b, L or |columns|) bool: every positive of each query (all-negatives regime)."""
     block = labels[rows]
     if columns is not None:
         block = block[:, columns.start : columns.stop]
     block = block.tocoo()
     out = torch.zeros(block.shape, dtype=torch.bool, device=device)
-    out[torch.from_numpy(block.row.astype(np.int64)).to(device), torch.from_numpy(block.col.astype(np.int64)).to(device)] = True
+    out[
+        torch.from_numpy(block.row.astype(np.int64)).to(device), torch.from_numpy(block.col.astype(np.int64)).to(device)
+    ] = True
     return out
 
 

@@ -101,18 +101,23 @@ class LmtxMethod:
         train_rows = np.sort(rest[: c.train_docs] if c.train_docs else rest)  # (N,)
 
         # 2. the judge, behind the judgement cache
-        judge = CachedJudge(build_judge(c.judge), JudgementCache() if c.judge.cache else None, load_prompt(c.judge.prompt))
+        judge = CachedJudge(
+            build_judge(c.judge), JudgementCache() if c.judge.cache else None, load_prompt(c.judge.prompt)
+        )
 
         def ask(rows: np.ndarray, labels: np.ndarray) -> np.ndarray:  # rows (n,), labels (n, j) -> P(yes) (n, j)
             doc_ids = np.repeat(rows, labels.shape[1])
-            return judge.judge_pairs(version, doc_ids, labels.reshape(-1), task.train_texts,
-                                     task.label_texts).reshape(labels.shape)
+            return judge.judge_pairs(version, doc_ids, labels.reshape(-1), task.train_texts, task.label_texts).reshape(
+                labels.shape
+            )
 
         def shortlist(rows: np.ndarray, j: int) -> np.ndarray:  # -> (n, j) label ids, best first
-            doc_emb = de.encode_all(self.encoder, tokens.queries, ctx.device, ctx.precision, c.encode_batch_size,
-                                    rows=rows)  # (n, d)
-            label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision,
-                                      c.encode_batch_size)  # (L, d)
+            doc_emb = de.encode_all(
+                self.encoder, tokens.queries, ctx.device, ctx.precision, c.encode_batch_size, rows=rows
+            )  # (n, d)
+            label_emb = de.encode_all(
+                self.encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size
+            )  # (L, d)
             return _topk_ids(doc_emb, label_emb, j, ctx.device, c.search_backend)
 
         # 3. the acceptance threshold, from the judge-labelled dev set
@@ -164,8 +169,15 @@ class LmtxMethod:
                     ctx.record_pool(pool.size)
 
             score = dev_score()
-            history.append({"cycle": cycle, "dev_p1": score[0], "dev_mean_p_yes": score[1],
-                            "pseudo_positive_docs": int(keep.sum()), "positives_per_doc": positives_per_doc[-1]})
+            history.append(
+                {
+                    "cycle": cycle,
+                    "dev_p1": score[0],
+                    "dev_mean_p_yes": score[1],
+                    "pseudo_positive_docs": int(keep.sum()),
+                    "positives_per_doc": positives_per_doc[-1],
+                }
+            )
             if score <= best:
                 break
             best = score
@@ -178,17 +190,22 @@ class LmtxMethod:
             self.encoder = de.build_encoder(self.recipe).to(ctx.device)
         self.label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size)
         ctx.accounting.update(
-            batch_size=t.batch_size, positives_per_query=float(np.mean(positives_per_doc)) if positives_per_doc else 0.0,
-            hard_negatives_per_query=0, train_docs=int(train_rows.size), dev_docs=int(dev_rows.size),
-            judge_threshold=threshold, cycles=history, best_cycle=max(history, key=lambda h: (h["dev_p1"],
-                                                                                              h["dev_mean_p_yes"]))["cycle"],
+            batch_size=t.batch_size,
+            positives_per_query=float(np.mean(positives_per_doc)) if positives_per_doc else 0.0,
+            hard_negatives_per_query=0,
+            train_docs=int(train_rows.size),
+            dev_docs=int(dev_rows.size),
+            judge_threshold=threshold,
+            cycles=history,
+            best_cycle=max(history, key=lambda h: (h["dev_p1"], h["dev_mean_p_yes"]))["cycle"],
             judge=judge.stats.as_dict(),
         )
 
     def predict(self, texts: Sequence[str], k: int, ctx: RunContext) -> sparse.csr_matrix:
         assert self.encoder is not None and self.label_emb is not None, "fit or load first"
-        return de.predict_topk(self.encoder, texts, self.label_emb, k, ctx, self.config.encode_batch_size,
-                               self.config.search_backend)
+        return de.predict_topk(
+            self.encoder, texts, self.label_emb, k, ctx, self.config.encode_batch_size, self.config.search_backend
+        )
 
     def save(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)

@@ -73,29 +73,39 @@ class MaclrMethod:
     uses_titles: ClassVar[bool] = True  # the runner hands over raw titles and bodies (ICT material)
 
     @classmethod
-    def recipe_problems(cls, recipe, config: MaclrConfig, *, n_train: int | None,
-                        has_titles: bool) -> list[tuple[str, str, str]]:
+    def recipe_problems(
+        cls, recipe, config: MaclrConfig, *, n_train: int | None, has_titles: bool
+    ) -> list[tuple[str, str, str]]:
         """(key, message, hint) of what would stop MACLR before training, found at validation time."""
         problems = []
         pretrains = recipe.supervision.mode == "zero_shot" or config.pretrain
         if pretrains and config.stage1_steps > 0 and not has_titles:
-            problems.append((
-                "dataset.name",
-                f"MACLR pre-training (the Inverse Cloze Task) needs instance titles, and {recipe.dataset.name}'s "
-                "instances have none",
-                "zero-shot MACLR cannot run on it; for few-shot set method.pretrain: false (fine-tune only), "
-                "or method.stage1_steps: 0",
-            ))
+            problems.append(
+                (
+                    "dataset.name",
+                    f"MACLR pre-training (the Inverse Cloze Task) needs instance titles, and {recipe.dataset.name}'s "
+                    "instances have none",
+                    "zero-shot MACLR cannot run on it; for few-shot set method.pretrain: false (fine-tune only), "
+                    "or method.stage1_steps: 0",
+                )
+            )
         if pretrains and config.clustering and config.stage1_steps > 0 and n_train is not None and config.k0 > n_train:
-            problems.append((
-                "method.k0",
-                f"K0 = {config.k0:,} clusters is more than the {n_train:,} training instances of {recipe.dataset.name}",
-                f"set method.k0 to at most {n_train:,} (the paper: 2048 on 300K-1.8M instances), "
-                "or method.clustering: false",
-            ))
+            problems.append(
+                (
+                    "method.k0",
+                    f"K0 = {config.k0:,} clusters is more than the {n_train:,} training instances of {recipe.dataset.name}",
+                    f"set method.k0 to at most {n_train:,} (the paper: 2048 on 300K-1.8M instances), "
+                    "or method.clustering: false",
+                )
+            )
         if recipe.supervision.mode != "zero_shot" and config.finetune_steps == 0 and not config.pretrain:
-            problems.append(("method.finetune_steps", "MACLR with pretrain: false and finetune_steps: 0 trains nothing",
-                             "set finetune_steps > 0 or pretrain: true"))
+            problems.append(
+                (
+                    "method.finetune_steps",
+                    "MACLR with pretrain: false and finetune_steps: 0 trains nothing",
+                    "set finetune_steps > 0 or pretrain: true",
+                )
+            )
         return problems
 
     def __init__(self, config: MaclrConfig, recipe=None):
@@ -116,8 +126,12 @@ class MaclrMethod:
         labels = list(task.label_texts)  # (L,) label texts are always visible
         rng = np.random.default_rng([ctx.seed, 11])
         acc = ctx.accounting
-        acc.update(batch_size=t.batch_size, label_negatives=c.label_negatives if c.label_regularisation else 0,
-                   hard_negatives_per_query=0, positives_per_query=1)
+        acc.update(
+            batch_size=t.batch_size,
+            label_negatives=c.label_negatives if c.label_regularisation else 0,
+            hard_negatives_per_query=0,
+            positives_per_query=1,
+        )
         walls: dict[str, float] = {}
 
         if task.train_labels is None or c.pretrain:
@@ -138,12 +152,18 @@ class MaclrMethod:
 
         acc["stage_wall_s"] = {k: round(v, 2) for k, v in walls.items()}
         e = self.recipe.encoder
-        self.label_emb = self.encoder.encode(labels, batch_size=c.encode_batch_size, device=ctx.device,
-                                             max_length=e.label_max_length or e.max_length, progress=ctx.progress,
-                                             description="encode labels")  # (L, d)
+        self.label_emb = self.encoder.encode(
+            labels,
+            batch_size=c.encode_batch_size,
+            device=ctx.device,
+            max_length=e.label_max_length or e.max_length,
+            progress=ctx.progress,
+            description="encode labels",
+        )  # (L, d)
 
-    def _stage1(self, contexts: list[str], titles: list[str], labels: list[str], ctx: RunContext,
-                rng: np.random.Generator) -> None:
+    def _stage1(
+        self, contexts: list[str], titles: list[str], labels: list[str], ctx: RunContext, rng: np.random.Generator
+    ) -> None:
         """ICT with multi-scale adaptive clustering (Eq. 2 -> Eq. 1) + label regularisation (Eq. 3)."""
         from xmcbench.losses.label_regularisation import label_regularisation_loss
         from xmcbench.losses.supcon import supcon_loss
@@ -181,8 +201,11 @@ class MaclrMethod:
                 k = schedule.n_clusters(step)
                 clusters = kmeans_assign(self._encode(contexts, ctx, instance=True), k, ctx.seed + step)
                 k_history.append((step, k))
-        ctx.accounting.update(stage1_steps=steps, clusters_k0=c.k0 if c.clustering else None,
-                              cluster_refreshes=[list(x) for x in k_history])
+        ctx.accounting.update(
+            stage1_steps=steps,
+            clusters_k0=c.k0 if c.clustering else None,
+            cluster_refreshes=[list(x) for x in k_history],
+        )
 
     def _stage2(self, texts: list[str], labels: list[str], ctx: RunContext, rng: np.random.Generator) -> None:
         """Self-training on the union of the encoder's and TF-IDF's top-k labels, Eq. 2."""
@@ -191,8 +214,9 @@ class MaclrMethod:
         c = self.config
         e = self.recipe.encoder
         inst = self._encode(texts, ctx, instance=True)  # (N, d)
-        lab = self.encoder.encode(labels, batch_size=c.encode_batch_size, device=ctx.device,
-                                  max_length=e.label_max_length or e.max_length)  # (L, d)
+        lab = self.encoder.encode(
+            labels, batch_size=c.encode_batch_size, device=ctx.device, max_length=e.label_max_length or e.max_length
+        )  # (L, d)
         dense = exact_topk(inst, lab, c.pseudo_top_k, device=ctx.device, backend=c.search_backend)  # (N, L) CSR
         sparse_view = tfidf_topk(texts, labels, c.pseudo_top_k, c.tfidf_max_df, c.tfidf_ngram_max)  # (N, L) CSR
         pseudo = binarise(dense) + binarise(sparse_view)
@@ -200,8 +224,9 @@ class MaclrMethod:
         ctx.accounting.update(stage2_pseudo_pairs=int(pseudo.nnz), stage2_steps=c.stage2_steps)
         self._train_pairs(texts, labels, pseudo, c.stage2_steps, self.recipe.training.lr, ctx, rng)
 
-    def _finetune(self, texts: list[str], labels: list[str], truth: sparse.csr_matrix, ctx: RunContext,
-                  rng: np.random.Generator) -> None:
+    def _finetune(
+        self, texts: list[str], labels: list[str], truth: sparse.csr_matrix, ctx: RunContext, rng: np.random.Generator
+    ) -> None:
         """FS-XMC: the visible (instance, label) pairs with Eq. 1 (in-batch label columns)."""
         truth = binarise(truth)
         if truth.nnz == 0:
@@ -209,8 +234,16 @@ class MaclrMethod:
         ctx.accounting.update(finetune_pairs=int(truth.nnz), finetune_steps=self.config.finetune_steps)
         self._train_pairs(texts, labels, truth, self.config.finetune_steps, self.config.finetune_lr, ctx, rng)
 
-    def _train_pairs(self, texts: list[str], labels: list[str], pairs: sparse.csr_matrix, steps: int, lr: float,
-                     ctx: RunContext, rng: np.random.Generator) -> None:
+    def _train_pairs(
+        self,
+        texts: list[str],
+        labels: list[str],
+        pairs: sparse.csr_matrix,
+        steps: int,
+        lr: float,
+        ctx: RunContext,
+        rng: np.random.Generator,
+    ) -> None:
         """Batches of N (instance, label) pairs; column p is a positive of row i when label_p ∈ labels(x_i).
 
         With no two pairs of a batch sharing an instance or a label this is Eq. 1 exactly; otherwise
@@ -251,8 +284,9 @@ class MaclrMethod:
     def _encode(self, texts: Sequence[str], ctx: RunContext, instance: bool) -> np.ndarray:
         e = self.recipe.encoder
         length = e.max_length if instance else (e.label_max_length or e.max_length)
-        return self.encoder.encode(texts, batch_size=self.config.encode_batch_size, device=ctx.device,
-                                   max_length=length)
+        return self.encoder.encode(
+            texts, batch_size=self.config.encode_batch_size, device=ctx.device, max_length=length
+        )
 
     def _optimizer(self, lr: float, steps: int):
         from xmcbench.train.optim import build_optimizer, build_scheduler
@@ -278,8 +312,9 @@ class MaclrMethod:
         from xmcbench.methods.dual_encoder import predict_topk
 
         assert self.encoder is not None and self.label_emb is not None, "fit or load first"
-        return predict_topk(self.encoder, texts, self.label_emb, k, ctx, self.config.encode_batch_size,
-                            self.config.search_backend)
+        return predict_topk(
+            self.encoder, texts, self.label_emb, k, ctx, self.config.encode_batch_size, self.config.search_backend
+        )
 
     def save(self, path: Path) -> None:
         from xmcbench.methods.dual_encoder import save_array
@@ -323,8 +358,10 @@ def ict_pairs(task: TrainTask, removal: float, rng: np.random.Generator) -> tupl
             titles.append(title)
             contexts.append(f"{title} {body}" if kept else body)
     if len(contexts) < 2:
-        raise XmcbenchError(f"dataset {task.dataset_name}: fewer than 2 training instances have both a title and a "
-                            "body, so there are no Inverse Cloze Task pairs to pre-train on")
+        raise XmcbenchError(
+            f"dataset {task.dataset_name}: fewer than 2 training instances have both a title and a "
+            "body, so there are no Inverse Cloze Task pairs to pre-train on"
+        )
     return contexts, titles
 
 
@@ -335,8 +372,9 @@ def binarise(matrix: sparse.spmatrix) -> sparse.csr_matrix:
     return m
 
 
-def tfidf_topk(texts: list[str], labels: list[str], k: int, max_df: float, ngram_max: int,
-               chunk: int = 4096) -> sparse.csr_matrix:
+def tfidf_topk(
+    texts: list[str], labels: list[str], k: int, max_df: float, ngram_max: int, chunk: int = 4096
+) -> sparse.csr_matrix:
     """(N, L) top-k labels of each text by TF-IDF cosine (unigram..ngram_max, max_df), Stage II's sparse view."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 

@@ -73,8 +73,9 @@ Where the paper and the released code (github.com/kunaldahiya/prime) disagree:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Literal, Sequence
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -123,7 +124,7 @@ class PrimeConfig(de.DualEncoderConfig):
         return value
 
     @model_validator(mode="after")
-    def _margins_ordered(self) -> "PrimeConfig":
+    def _margins_ordered(self) -> PrimeConfig:
         if self.gamma_min > self.gamma_max:
             raise ValueError(f"gamma_min ({self.gamma_min}) must not exceed gamma_max ({self.gamma_max})")
         return self
@@ -133,8 +134,9 @@ class PrimeConfig(de.DualEncoderConfig):
 # The Label Prototype Network and its pure pieces
 
 
-def centroid_momentum_update(centroids: torch.Tensor, query_emb: torch.Tensor, pair_rows: np.ndarray,
-                             pair_labels: np.ndarray, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+def centroid_momentum_update(
+    centroids: torch.Tensor, query_emb: torch.Tensor, pair_rows: np.ndarray, pair_labels: np.ndarray, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 4 applied once per (query, label) pair, pairs in batch order -> (labels met (U,), their new rows (U, d)).
 
     Args:
@@ -195,8 +197,9 @@ def initial_centroids(query_emb: np.ndarray, labels: sparse.csr_matrix, label_em
 def bank_mean(label_emb: np.ndarray, assignment: np.ndarray, n_vectors: int) -> np.ndarray:
     """(|B|, d): the normalised mean of the label embeddings of each bank row's cluster."""
     n_labels = label_emb.shape[0]
-    members = sparse.csr_matrix((np.ones(n_labels, dtype=np.float32), (assignment, np.arange(n_labels))),
-                                shape=(n_vectors, n_labels))
+    members = sparse.csr_matrix(
+        (np.ones(n_labels, dtype=np.float32), (assignment, np.arange(n_labels))), shape=(n_vectors, n_labels)
+    )
     sums = np.asarray(members @ label_emb, dtype=np.float32)  # (|B|, d)
     return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
 
@@ -208,8 +211,18 @@ class LabelPrototypeNetwork(nn.Module):
     bank (a parameter, |B| rows) and each label's bank row (a buffer).
     """
 
-    def __init__(self, dim: int, n_labels: int, n_free_vectors: int, *, heads: int = 1, ffn: int = 1024,
-                 dropout: float = 0.1, activation: str = "gelu", use_centroids: bool = True):
+    def __init__(
+        self,
+        dim: int,
+        n_labels: int,
+        n_free_vectors: int,
+        *,
+        heads: int = 1,
+        ffn: int = 1024,
+        dropout: float = 0.1,
+        activation: str = "gelu",
+        use_centroids: bool = True,
+    ):
         super().__init__()
         if dim % heads:
             raise XmcbenchError(f"prototype_heads ({heads}) must divide the embedding size ({dim})")
@@ -242,8 +255,9 @@ class LabelPrototypeNetwork(nn.Module):
         return nn.functional.normalize(pooled.float(), dim=-1)
 
     @torch.no_grad()
-    def update_centroids(self, query_emb: torch.Tensor, pair_rows: np.ndarray, pair_labels: np.ndarray,
-                         alpha: float) -> None:
+    def update_centroids(
+        self, query_emb: torch.Tensor, pair_rows: np.ndarray, pair_labels: np.ndarray, alpha: float
+    ) -> None:
         labels, rows = centroid_momentum_update(self.centroids, query_emb.float(), pair_rows, pair_labels, alpha)
         self.centroids[labels] = rows
 
@@ -261,8 +275,13 @@ class PrimeModel(nn.Module):
 # The objective (Eq. 5)
 
 
-def prime_objective(query_emb: torch.Tensor, label_emb: torch.Tensor, prototypes: torch.Tensor,
-                    targets: torch.Tensor, config: PrimeConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def prime_objective(
+    query_emb: torch.Tensor,
+    label_emb: torch.Tensor,
+    prototypes: torch.Tensor,
+    targets: torch.Tensor,
+    config: PrimeConfig,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """L(h_q, z_l) + L(h_q, h_l) + L(h_l, h_q) + λ R over one batch's label pool.
 
     Args:
@@ -282,9 +301,16 @@ def prime_objective(query_emb: torch.Tensor, label_emb: torch.Tensor, prototypes
     b = query_emb @ prototypes.T  # (b, P) query-to-prototype similarities b_ql
 
     def triplets(scores, tgt):
-        return dynamic_margin_triplet_pool_loss(scores, tgt, c.gamma_min, c.gamma_max, c.margin_variant,
-                                                c.negative_temperature, reduction=c.triplet_reduction,
-                                                top_negatives=c.top_negatives)
+        return dynamic_margin_triplet_pool_loss(
+            scores,
+            tgt,
+            c.gamma_min,
+            c.gamma_max,
+            c.margin_variant,
+            c.negative_temperature,
+            reduction=c.triplet_reduction,
+            top_negatives=c.top_negatives,
+        )
 
     terms = {
         "query_prototype": triplets(b, targets),
@@ -339,27 +365,39 @@ class PrimeMethod:
         if get_world_size() > 1:
             raise XmcbenchError("PRIME trains in one process (the paper's single-GPU budget); run it without torchrun")
         if not self.recipe.encoder.normalize:
-            raise XmcbenchError("PRIME's margins are on cosine similarities (h_q, h_l, z_l are L2-normalised, "
-                                "App. I); set encoder.normalize: true")
+            raise XmcbenchError(
+                "PRIME's margins are on cosine similarities (h_q, h_l, z_l are L2-normalised, "
+                "App. I); set encoder.normalize: true"
+            )
         if t.validation_fraction > 0:
-            raise XmcbenchError("PRIME keeps the last epoch's model (paper, App. H) and selects nothing on a "
-                                "validation split; set training.validation_fraction to 0")
+            raise XmcbenchError(
+                "PRIME keeps the last epoch's model (paper, App. H) and selects nothing on a "
+                "validation split; set training.validation_fraction to 0"
+            )
 
         # 1. encoder, token caches, prototype network, positive-sampling weights
         encoder = de.build_encoder(self.recipe).to(ctx.device)
         tokens = de.tokenise(encoder, task, self.recipe, ctx.progress)
         rows = de.labelled_rows(labels)
         n_free = bank_size(c.free_vectors, task.n_labels)
-        prototypes = LabelPrototypeNetwork(encoder.dim, task.n_labels, n_free, heads=c.prototype_heads,
-                                           ffn=c.prototype_ffn, dropout=c.prototype_dropout,
-                                           activation=c.prototype_activation, use_centroids=c.use_centroids)
+        prototypes = LabelPrototypeNetwork(
+            encoder.dim,
+            task.n_labels,
+            n_free,
+            heads=c.prototype_heads,
+            ffn=c.prototype_ffn,
+            dropout=c.prototype_dropout,
+            activation=c.prototype_activation,
+            use_centroids=c.use_centroids,
+        )
         self.model = PrimeModel(encoder, prototypes.to(ctx.device))
         weights = self._positive_weights(task)
 
         # 2. optimiser, schedule, sampler
         sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed)
-        optimizer = build_optimizer([(self.model.named_parameters(), t.lr)], t.weight_decay,
-                                    no_decay_patterns=NO_DECAY_PATTERNS)
+        optimizer = build_optimizer(
+            [(self.model.named_parameters(), t.lr)], t.weight_decay, no_decay_patterns=NO_DECAY_PATTERNS
+        )
         scheduler = build_scheduler(optimizer, max(t.epochs * len(sampler), 1), t.warmup_ratio, t.schedule)
         accounting = PoolAccounting()
 
@@ -378,15 +416,23 @@ class PrimeMethod:
         for epoch in range(start_epoch, t.epochs):
             if de.clustering_due(schedule, epoch, sampler):
                 if query_emb is None:
-                    query_emb = de.encode_all(encoder, tokens.queries, ctx.device, ctx.precision, c.encode_batch_size,
-                                              rows=rows, progress=ctx.progress,
-                                              description=f"epoch {epoch}: encode queries")  # (N, d)
+                    query_emb = de.encode_all(
+                        encoder,
+                        tokens.queries,
+                        ctx.device,
+                        ctx.precision,
+                        c.encode_batch_size,
+                        rows=rows,
+                        progress=ctx.progress,
+                        description=f"epoch {epoch}: encode queries",
+                    )  # (N, d)
                 de.recluster(sampler, schedule, epoch, query_emb, t.seed, ctx.device)
             query_emb = None  # stale once this epoch trains
             sampler.set_epoch(epoch)
             self.model.train()
-            with progress_task(f"epoch {epoch + 1}/{t.epochs}", len(sampler) - sampler.consumed,
-                               enabled=ctx.progress) as advance:
+            with progress_task(
+                f"epoch {epoch + 1}/{t.epochs}", len(sampler) - sampler.consumed, enabled=ctx.progress
+            ) as advance:
                 for batch in sampler:
                     batch_rows = rows[batch]  # (b,) training query ids
                     pool = self._train_step(batch_rows, labels, weights, tokens, ctx, epoch, step)
@@ -395,8 +441,16 @@ class PrimeMethod:
                     ctx.record_pool(pool.size)
                     step += 1
                     advance(1)
-            save_checkpoint(ckpt_dir, epoch + 1, step, self.model, optimizer, scheduler,
-                            sampler_state=sampler.state_dict(), extra={"accounting": accounting.state_dict()})
+            save_checkpoint(
+                ckpt_dir,
+                epoch + 1,
+                step,
+                self.model,
+                optimizer,
+                scheduler,
+                sampler_state=sampler.state_dict(),
+                extra={"accounting": accounting.state_dict()},
+            )
             ctx.log_epoch(epoch + 1, t.epochs, step=step, scheduler=scheduler, queries=len(rows))
 
         # 5. prototypes of every label for inference (App. I)
@@ -408,8 +462,10 @@ class PrimeMethod:
         if self.config.positive_sampling == "uniform":
             return None
         if task.inv_propensity is None:
-            raise XmcbenchError("PRIME samples positives by inverse propensity (App. J) but the task carries no "
-                                "inv_propensity; pass one, or set method.positive_sampling: uniform")
+            raise XmcbenchError(
+                "PRIME samples positives by inverse propensity (App. J) but the task carries no "
+                "inv_propensity; pass one, or set method.positive_sampling: uniform"
+            )
         return np.asarray(task.inv_propensity, dtype=np.float64)
 
     @torch.no_grad()
@@ -417,10 +473,25 @@ class PrimeMethod:
         """Free-vector clusters and centroids from the pre-trained encoder; returns the query embeddings."""
         c, t = self.config, self.recipe.training
         encoder, prototypes = self.model.encoder, self.model.prototypes
-        label_emb = de.encode_all(encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size,
-                                  progress=ctx.progress, description="encode labels (pre-trained)")  # (L, d)
-        query_emb = de.encode_all(encoder, tokens.queries, ctx.device, ctx.precision, c.encode_batch_size, rows=rows,
-                                  progress=ctx.progress, description="encode queries (pre-trained)")  # (N, d)
+        label_emb = de.encode_all(
+            encoder,
+            tokens.labels,
+            ctx.device,
+            ctx.precision,
+            c.encode_batch_size,
+            progress=ctx.progress,
+            description="encode labels (pre-trained)",
+        )  # (L, d)
+        query_emb = de.encode_all(
+            encoder,
+            tokens.queries,
+            ctx.device,
+            ctx.precision,
+            c.encode_batch_size,
+            rows=rows,
+            progress=ctx.progress,
+            description="encode queries (pre-trained)",
+        )  # (N, d)
         centroids = initial_centroids(query_emb, labels[rows], label_emb)  # (L, d)
         prototypes.centroids.copy_(torch.from_numpy(centroids))
         if prototypes.free_vectors is not None:
@@ -448,8 +519,14 @@ class PrimeMethod:
 
         c = self.config
         rng = step_rng(self.recipe.training.seed, epoch, step, "positives")
-        positives = sample_positives(labels, batch_rows, c.positives_per_query, rng, weights=weights,
-                                     replace=c.positive_draws == "with_replacement")  # (b, β)
+        positives = sample_positives(
+            labels,
+            batch_rows,
+            c.positives_per_query,
+            rng,
+            weights=weights,
+            replace=c.positive_draws == "with_replacement",
+        )  # (b, β)
         pool = build_label_pool(labels, batch_rows, positives)
         loss, _, h_q = self._batch_loss(batch_rows, pool, tokens, ctx)
         loss.backward()
@@ -471,26 +548,41 @@ class PrimeMethod:
     def _all_prototypes(self, tokens, ctx: RunContext) -> np.ndarray:
         """z_l for every label from the final encoder and prototype network -> (L, d) float32."""
         c = self.config
-        label_emb = de.encode_all(self.model.encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size,
-                                  progress=ctx.progress, description="encode labels")  # (L, d)
+        label_emb = de.encode_all(
+            self.model.encoder,
+            tokens.labels,
+            ctx.device,
+            ctx.precision,
+            c.encode_batch_size,
+            progress=ctx.progress,
+            description="encode labels",
+        )  # (L, d)
         return prototypes_of(self.model.prototypes, label_emb, ctx.device, ctx.precision, c.encode_batch_size)
 
     def _record_accounting(self, ctx: RunContext, accounting, n_free: int) -> None:
         c, t = self.config, self.recipe.training
-        ctx.accounting.update(batch_size=t.batch_size, hard_negatives_per_query=0.0,
-                              refresh_interval=c.recluster_every if c.batching == "clustered" else None,
-                              free_vectors=n_free, sampled_positives_per_query=c.positives_per_query,
-                              triplet_reduction=c.triplet_reduction, positive_draws=c.positive_draws,
-                              batching=c.batching, grad_clip=t.grad_clip,
-                              grad_norm_preclip_mean=float(np.mean(self._grad_norms)) if self._grad_norms else None,
-                              grad_norm_preclip_max=float(np.max(self._grad_norms)) if self._grad_norms else None,
-                              not_reported={"free_vector_init": "normalised mean of the cluster's pre-trained "
-                                                                "label embeddings (xmcbench choice)"})
+        ctx.accounting.update(
+            batch_size=t.batch_size,
+            hard_negatives_per_query=0.0,
+            refresh_interval=c.recluster_every if c.batching == "clustered" else None,
+            free_vectors=n_free,
+            sampled_positives_per_query=c.positives_per_query,
+            triplet_reduction=c.triplet_reduction,
+            positive_draws=c.positive_draws,
+            batching=c.batching,
+            grad_clip=t.grad_clip,
+            grad_norm_preclip_mean=float(np.mean(self._grad_norms)) if self._grad_norms else None,
+            grad_norm_preclip_max=float(np.max(self._grad_norms)) if self._grad_norms else None,
+            not_reported={
+                "free_vector_init": "normalised mean of the cluster's pre-trained label embeddings (xmcbench choice)"
+            },
+        )
         if accounting.steps:
             summary = accounting.summary()
             # From the checkpointed totals, so a resumed run reports every step, not only its own.
             ctx.accounting.update(
-                steps=summary["steps"], pool_size_mean=summary["pool_size_mean"],
+                steps=summary["steps"],
+                pool_size_mean=summary["pool_size_mean"],
                 pool_size_max=summary["pool_size_max"],
                 positives_per_query=summary["positives_in_pool_per_query_mean"],
                 in_batch_negatives_per_query=summary["pool_size_mean"] - summary["positives_in_pool_per_query_mean"],
@@ -499,8 +591,15 @@ class PrimeMethod:
     # ------------------------------------------------------------------------------------------
     def predict(self, texts: Sequence[str], k: int, ctx: RunContext) -> sparse.csr_matrix:
         assert self.model is not None and self.label_prototypes is not None, "fit or load first"
-        return de.predict_topk(self.model.encoder, texts, self.label_prototypes, k, ctx,
-                               self.config.encode_batch_size, self.config.search_backend)
+        return de.predict_topk(
+            self.model.encoder,
+            texts,
+            self.label_prototypes,
+            k,
+            ctx,
+            self.config.encode_batch_size,
+            self.config.search_backend,
+        )
 
     def save(self, path: Path) -> None:
         from safetensors.torch import save_file
@@ -511,9 +610,16 @@ class PrimeMethod:
         state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
         save_file(state, str(path / PROTOTYPE_FILE))
         c = self.config
-        meta = {"dim": net.dim, "n_labels": net.n_labels, "free_vectors": net.n_free_vectors,
-                "use_centroids": net.use_centroids, "heads": c.prototype_heads, "ffn": c.prototype_ffn,
-                "dropout": c.prototype_dropout, "activation": c.prototype_activation}
+        meta = {
+            "dim": net.dim,
+            "n_labels": net.n_labels,
+            "free_vectors": net.n_free_vectors,
+            "use_centroids": net.use_centroids,
+            "heads": c.prototype_heads,
+            "ffn": c.prototype_ffn,
+            "dropout": c.prototype_dropout,
+            "activation": c.prototype_activation,
+        }
         (path / PROTOTYPE_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         np.save(path / PROTOTYPES_NPY, self.label_prototypes)
 
@@ -522,13 +628,22 @@ class PrimeMethod:
 
         missing = [f for f in (PROTOTYPE_META, PROTOTYPE_FILE, PROTOTYPES_NPY, "encoder") if not (path / f).exists()]
         if missing:
-            raise XmcbenchError(f"{path}: not a saved PRIME model (missing {', '.join(missing)}); "
-                                "point to the folder PrimeMethod.save wrote (a run's checkpoints/model)")
+            raise XmcbenchError(
+                f"{path}: not a saved PRIME model (missing {', '.join(missing)}); "
+                "point to the folder PrimeMethod.save wrote (a run's checkpoints/model)"
+            )
         meta = json.loads((path / PROTOTYPE_META).read_text(encoding="utf-8"))
         encoder = de.build_encoder_from(path / "encoder", self.recipe)
-        net = LabelPrototypeNetwork(meta["dim"], meta["n_labels"], meta["free_vectors"], heads=meta["heads"],
-                                    ffn=meta["ffn"], dropout=meta["dropout"], activation=meta["activation"],
-                                    use_centroids=meta["use_centroids"])
+        net = LabelPrototypeNetwork(
+            meta["dim"],
+            meta["n_labels"],
+            meta["free_vectors"],
+            heads=meta["heads"],
+            ffn=meta["ffn"],
+            dropout=meta["dropout"],
+            activation=meta["activation"],
+            use_centroids=meta["use_centroids"],
+        )
         net.load_state_dict(load_file(str(path / PROTOTYPE_FILE)))
         self.model = PrimeModel(encoder, net)
         self.label_prototypes = np.load(path / PROTOTYPES_NPY)
@@ -541,8 +656,9 @@ class PrimeMethod:
 
 
 @torch.no_grad()
-def prototypes_of(network: LabelPrototypeNetwork, label_emb: np.ndarray, device: str, precision: str,
-                  batch_size: int) -> np.ndarray:
+def prototypes_of(
+    network: LabelPrototypeNetwork, label_emb: np.ndarray, device: str, precision: str, batch_size: int
+) -> np.ndarray:
     """z_l of every label (eval mode, no dropout) from its text embeddings (L, d) -> (L, d) float32."""
     from xmcbench.train import autocast
 

@@ -11,8 +11,9 @@ label texts and (unlabelled) training query texts.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Literal, Sequence
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field

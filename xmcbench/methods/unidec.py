@@ -57,8 +57,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Literal, Sequence
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -94,10 +95,12 @@ class UnidecConfig(de.DualEncoderConfig):
     inference: InferenceMode = "concat"
 
     @model_validator(mode="after")
-    def _shortlist_holds_eta(self) -> "UnidecConfig":
+    def _shortlist_holds_eta(self) -> UnidecConfig:
         if self.shortlist_k is not None and self.shortlist_k < self.hard_negatives:
-            raise ValueError(f"shortlist_k ({self.shortlist_k}) must be at least hard_negatives "
-                             f"({self.hard_negatives}): η negatives are drawn from it per query")
+            raise ValueError(
+                f"shortlist_k ({self.shortlist_k}) must be at least hard_negatives "
+                f"({self.hard_negatives}): η negatives are drawn from it per query"
+            )
         return self
 
     @property
@@ -240,21 +243,30 @@ class UnidecMethod:
             need_shortlist = c.hard_negatives > 0 and (shortlists.due(epoch) or shortlist is None)
             need_clusters = de.clustering_due(schedule, epoch, sampler)
             if need_shortlist or need_clusters:
-                query_emb = de.encode_all(_View(self.model, "de"), tokens.queries, ctx.device, ctx.precision,
-                                          c.encode_batch_size, rows=rows, progress=ctx.progress,
-                                          description=f"epoch {epoch}: encode queries")  # (N, d) Φ_D(x)
+                query_emb = de.encode_all(
+                    _View(self.model, "de"),
+                    tokens.queries,
+                    ctx.device,
+                    ctx.precision,
+                    c.encode_batch_size,
+                    rows=rows,
+                    progress=ctx.progress,
+                    description=f"epoch {epoch}: encode queries",
+                )  # (N, d) Φ_D(x)
                 if need_clusters:
                     de.recluster(sampler, schedule, epoch, query_emb, t.seed, ctx.device)
                 if need_shortlist:
                     shortlist = self.build_hard_negative_shortlist(query_emb, tokens, labels[rows], ctx, epoch)
             sampler.set_epoch(epoch)
             self.model.train()
-            with progress_task(f"epoch {epoch + 1}/{t.epochs}", len(sampler) - sampler.consumed,
-                               enabled=ctx.progress) as advance:
+            with progress_task(
+                f"epoch {epoch + 1}/{t.epochs}", len(sampler) - sampler.consumed, enabled=ctx.progress
+            ) as advance:
                 for batch in sampler:
                     batch_rows = rows[batch]  # (b,) training query ids
-                    pool = self.sample_pool(labels, batch_rows, None if shortlist is None else shortlist[batch],
-                                            epoch, step)
+                    pool = self.sample_pool(
+                        labels, batch_rows, None if shortlist is None else shortlist[batch], epoch, step
+                    )
                     self.train_step(batch_rows, pool, tokens, ctx, optimizer, scheduler)
                     accounting.update(pool)
                     ctx.record_pool(pool.size)
@@ -265,12 +277,23 @@ class UnidecMethod:
                 if p1 > best:
                     best = p1
                     _save_model_state(self.model, ctx.checkpoint_dir / "best.safetensors")
-            extra = {"accounting": accounting.state_dict(), "best_val_p1": best,
-                     "uncapped_pool_sum": self._uncapped_pool_sum}
+            extra = {
+                "accounting": accounting.state_dict(),
+                "best_val_p1": best,
+                "uncapped_pool_sum": self._uncapped_pool_sum,
+            }
             if need_shortlist:
                 de.save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
-            save_checkpoint(ckpt_dir, epoch + 1, step, self.model, optimizer, scheduler,
-                            sampler_state=sampler.state_dict(), extra=extra)
+            save_checkpoint(
+                ckpt_dir,
+                epoch + 1,
+                step,
+                self.model,
+                optimizer,
+                scheduler,
+                sampler_state=sampler.state_dict(),
+                extra=extra,
+            )
             ctx.log_epoch(epoch + 1, t.epochs, step=step, scheduler=scheduler, queries=len(rows))
 
         # 5. the model to keep, and its label representations for search
@@ -279,8 +302,9 @@ class UnidecMethod:
         self.label_de, self.label_clf = self._label_representations(tokens, ctx)
         summary = accounting.summary() if accounting.steps else {}
         if summary:  # the checkpointed totals cover every step, also those before a resume
-            ctx.accounting.update(steps=summary["steps"], pool_size_mean=summary["pool_size_mean"],
-                                  pool_size_max=summary["pool_size_max"])
+            ctx.accounting.update(
+                steps=summary["steps"], pool_size_mean=summary["pool_size_mean"], pool_size_max=summary["pool_size_max"]
+            )
         ctx.accounting.update(
             batch_size=t.batch_size,
             positives_per_query=summary.get("positives_in_pool_per_query_mean"),
@@ -326,36 +350,56 @@ class UnidecMethod:
         schedulers = [build_scheduler(opt, total_steps, t.warmup_ratio, t.schedule) for opt in (dense, rows)]
         return _Joint([dense, rows]), _Joint(schedulers)
 
-    def build_hard_negative_shortlist(self, query_emb: np.ndarray, tokens, positives: sparse.csr_matrix,
-                                      ctx: RunContext, epoch: int = 0) -> np.ndarray:
+    def build_hard_negative_shortlist(
+        self, query_emb: np.ndarray, tokens, positives: sparse.csr_matrix, ctx: RunContext, epoch: int = 0
+    ) -> np.ndarray:
         """H: (N, η·τ) top labels of <Φ_D(x_i), Φ_D(z_l)> that are not positives of x_i."""
         from xmcbench.sampling import build_shortlist
 
         c = self.config
-        label_emb = de.encode_all(_View(self.model, "de"), tokens.labels, ctx.device, ctx.precision,
-                                  c.encode_batch_size, progress=ctx.progress,
-                                  description=f"epoch {epoch}: encode labels")  # (L, d)
+        label_emb = de.encode_all(
+            _View(self.model, "de"),
+            tokens.labels,
+            ctx.device,
+            ctx.precision,
+            c.encode_batch_size,
+            progress=ctx.progress,
+            description=f"epoch {epoch}: encode labels",
+        )  # (L, d)
         k = min(c.shortlist_size, label_emb.shape[0])
         return build_shortlist(query_emb, label_emb, k, exclude=positives, device=ctx.device, progress=ctx.progress)
 
     # -- one step ------------------------------------------------------------------------------
-    def sample_pool(self, labels: sparse.csr_matrix, batch_rows: np.ndarray, shortlist_rows: np.ndarray | None,
-                    epoch: int, step: int):
+    def sample_pool(
+        self,
+        labels: sparse.csr_matrix,
+        batch_rows: np.ndarray,
+        shortlist_rows: np.ndarray | None,
+        epoch: int,
+        step: int,
+    ):
         """L_B = ∪_i P̂_i ∪ Ĥ_i: β sampled positives and η shortlist negatives per query."""
-        from xmcbench.sampling import build_label_pool, sample_hard_negatives, sample_positives, step_rng
-
-        from xmcbench.sampling import cap_pool_negatives
+        from xmcbench.sampling import (
+            build_label_pool,
+            cap_pool_negatives,
+            sample_hard_negatives,
+            sample_positives,
+            step_rng,
+        )
 
         c, seed = self.config, self.recipe.training.seed
-        positives = sample_positives(labels, batch_rows, c.positives_per_query,
-                                     step_rng(seed, epoch, step, "positives"))  # (b, β)
+        positives = sample_positives(
+            labels, batch_rows, c.positives_per_query, step_rng(seed, epoch, step, "positives")
+        )  # (b, β)
         negatives = None
         uncapped = None
         if c.hard_negatives > 0 and shortlist_rows is not None:
-            negatives = sample_hard_negatives(shortlist_rows, labels[batch_rows], c.hard_negatives,
-                                              step_rng(seed, epoch, step, "negatives"))  # (b, η)
-            negatives, uncapped = cap_pool_negatives(positives, negatives, c.max_pool_size,
-                                                     step_rng(seed, epoch, step, "pool-cap"))
+            negatives = sample_hard_negatives(
+                shortlist_rows, labels[batch_rows], c.hard_negatives, step_rng(seed, epoch, step, "negatives")
+            )  # (b, η)
+            negatives, uncapped = cap_pool_negatives(
+                positives, negatives, c.max_pool_size, step_rng(seed, epoch, step, "pool-cap")
+            )
         pool = build_label_pool(labels, batch_rows, positives, negatives)
         self._uncapped_pool_sum += pool.size if uncapped is None else uncapped
         return pool
@@ -374,11 +418,19 @@ class UnidecMethod:
         psi = m.classifiers(pool_t["labels"])  # (P, d): only these rows get a (sparse) gradient
         de_scores = (q_de.float() @ z_de.float().T) / c.temperature  # (b, P)
         clf_scores = (q_clf.float() @ psi.float().T) / c.temperature  # (b, P)
-        return unidec_loss(de_scores, clf_scores, pool_t["targets"], lambda_=c.lambda_de,
-                           lambda_d=c.lambda_de_q2l, lambda_c=c.lambda_clf_q2l, reduction=c.psl_reduction)
+        return unidec_loss(
+            de_scores,
+            clf_scores,
+            pool_t["targets"],
+            lambda_=c.lambda_de,
+            lambda_d=c.lambda_de_q2l,
+            lambda_c=c.lambda_clf_q2l,
+            reduction=c.psl_reduction,
+        )
 
-    def train_step(self, batch_rows: np.ndarray, pool, tokens, ctx: RunContext, optimizer: _Joint,
-                   scheduler: _Joint) -> torch.Tensor:
+    def train_step(
+        self, batch_rows: np.ndarray, pool, tokens, ctx: RunContext, optimizer: _Joint, scheduler: _Joint
+    ) -> torch.Tensor:
         """Loss, backward, one update of Φ, g1, g2 and the pool's rows of Ψ."""
         from xmcbench.train import clip_gradients
 
@@ -395,9 +447,15 @@ class UnidecMethod:
 
     # -- representations -----------------------------------------------------------------------
     def _label_representations(self, tokens, ctx: RunContext) -> tuple[np.ndarray, np.ndarray]:
-        label_de = de.encode_all(_View(self.model, "de"), tokens.labels, ctx.device, ctx.precision,
-                                 self.config.encode_batch_size, progress=ctx.progress,
-                                 description="encode labels")  # (L, d) Φ_D(z)
+        label_de = de.encode_all(
+            _View(self.model, "de"),
+            tokens.labels,
+            ctx.device,
+            ctx.precision,
+            self.config.encode_batch_size,
+            progress=ctx.progress,
+            description="encode labels",
+        )  # (L, d) Φ_D(z)
         label_clf = self.model.normalised_classifiers().float().cpu().numpy()  # (L, d) N(Ψ)
         return label_de, label_clf
 
@@ -443,14 +501,21 @@ class UnidecMethod:
 
         c = self.config
         self.label_de, self.label_clf = self._label_representations(tokens, ctx)
-        queries = de.encode_all(_View(self.model, c.inference), tokens.queries, ctx.device, ctx.precision,
-                                c.encode_batch_size, rows=val_rows)
+        queries = de.encode_all(
+            _View(self.model, c.inference),
+            tokens.queries,
+            ctx.device,
+            ctx.precision,
+            c.encode_batch_size,
+            rows=val_rows,
+        )
         pred = exact_topk(queries, self.label_keys(), 1, device=ctx.device)
         return evaluate(pred, labels[val_rows], k=(1,), metrics=["P"])["P@1"]
 
     # ------------------------------------------------------------------------------------------
-    def predict(self, texts: Sequence[str], k: int, ctx: RunContext,
-                inference: InferenceMode | None = None) -> sparse.csr_matrix:
+    def predict(
+        self, texts: Sequence[str], k: int, ctx: RunContext, inference: InferenceMode | None = None
+    ) -> sparse.csr_matrix:
         """Exact top-k over all labels; ``inference`` overrides the configured mode."""
         from xmcbench.search.exact import exact_topk
 
@@ -476,8 +541,12 @@ class UnidecMethod:
         tmp.replace(path / "heads.safetensors")
         de.save_array(path / "label_de.npy", self.label_de)
         de.save_array(path / "label_clf.npy", self.label_clf)
-        meta = {"format": FORMAT_VERSION, "dim": m.dim, "n_labels": int(m.classifiers.num_embeddings),
-                "head_dropout": self.config.head_dropout}
+        meta = {
+            "format": FORMAT_VERSION,
+            "dim": m.dim,
+            "n_labels": int(m.classifiers.num_embeddings),
+            "head_dropout": self.config.head_dropout,
+        }
         (path / "unidec.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
     def load(self, path: Path) -> None:
@@ -497,21 +566,27 @@ class UnidecMethod:
         model = UnidecModel(encoder, int(meta["dim"]), int(meta["n_labels"]), float(meta["head_dropout"]))
         state = load_file(str(path / "heads.safetensors"))
         try:
-            model.de_head.load_state_dict({k.removeprefix("de_head."): v for k, v in state.items()
-                                           if k.startswith("de_head.")})
-            model.clf_head.load_state_dict({k.removeprefix("clf_head."): v for k, v in state.items()
-                                            if k.startswith("clf_head.")})
+            model.de_head.load_state_dict(
+                {k.removeprefix("de_head."): v for k, v in state.items() if k.startswith("de_head.")}
+            )
+            model.clf_head.load_state_dict(
+                {k.removeprefix("clf_head."): v for k, v in state.items() if k.startswith("clf_head.")}
+            )
             model.classifiers.weight.data.copy_(state["classifiers.weight"])
         except (RuntimeError, KeyError) as exc:
-            raise XmcbenchError(f"{path / 'heads.safetensors'}: does not fit {meta_file} "
-                                f"({str(exc).splitlines()[0]}); save the model again") from None
+            raise XmcbenchError(
+                f"{path / 'heads.safetensors'}: does not fit {meta_file} "
+                f"({str(exc).splitlines()[0]}); save the model again"
+            ) from None
         self.model = model.eval()
         self.label_de = np.load(path / "label_de.npy")
         self.label_clf = np.load(path / "label_clf.npy")
         n = int(meta["n_labels"])
         if self.label_de.shape[0] != n or self.label_clf.shape[0] != n:
-            raise XmcbenchError(f"{path}: label representations have {self.label_de.shape[0]} / "
-                                f"{self.label_clf.shape[0]} rows but the model has {n} labels; save the model again")
+            raise XmcbenchError(
+                f"{path}: label representations have {self.label_de.shape[0]} / "
+                f"{self.label_clf.shape[0]} rows but the model has {n} labels; save the model again"
+            )
 
     def parameter_counts(self) -> tuple[int, int]:
         if self.model is None:

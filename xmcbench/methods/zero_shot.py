@@ -9,8 +9,9 @@ the floor every trained dense method must clear on the same encoder.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -42,16 +43,21 @@ class ZeroShotMethod:
         from xmcbench.encoders import TextEncoder
 
         e = self.encoder_cfg
-        self.encoder = TextEncoder(e.name, pooling=e.pooling, normalize=e.normalize,
-                                   max_length=e.max_length, revision=e.revision)
+        self.encoder = TextEncoder(
+            e.name, pooling=e.pooling, normalize=e.normalize, max_length=e.max_length, revision=e.revision
+        )
 
     def fit(self, task_: TrainTask, ctx: RunContext) -> None:
         if self.encoder is None:
             self._load_encoder()
         e = self.encoder_cfg
         self.label_emb = self.encoder.encode(
-            task_.label_texts, batch_size=self.config.encode_batch_size, device=ctx.device,
-            max_length=e.label_max_length or e.max_length, progress=ctx.progress, description="encode labels",
+            task_.label_texts,
+            batch_size=self.config.encode_batch_size,
+            device=ctx.device,
+            max_length=e.label_max_length or e.max_length,
+            progress=ctx.progress,
+            description="encode labels",
         )  # (L, d)
         ctx.accounting.update(batch_size=None, pool_size_mean=float(task_.n_labels), pool_size_max=task_.n_labels)
 
@@ -59,8 +65,13 @@ class ZeroShotMethod:
         from xmcbench.search.exact import exact_topk
 
         assert self.encoder is not None and self.label_emb is not None, "fit or load first"
-        queries = self.encoder.encode(texts, batch_size=self.config.encode_batch_size, device=ctx.device,
-                                      progress=ctx.progress, description="encode queries")  # (N, d)
+        queries = self.encoder.encode(
+            texts,
+            batch_size=self.config.encode_batch_size,
+            device=ctx.device,
+            progress=ctx.progress,
+            description="encode queries",
+        )  # (N, d)
         return exact_topk(queries, self.label_emb, k, device=ctx.device, backend=self.config.search_backend)
 
     def save(self, path: Path) -> None:

@@ -21,7 +21,7 @@ reproducible to the last digit.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 

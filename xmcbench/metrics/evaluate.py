@@ -16,9 +16,9 @@ plus PSP and PSnDCG when ``inv_propensity`` is given. Results are ordered by fam
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -65,7 +65,9 @@ def _as_ks(k) -> tuple[int, ...]:
     return tuple(sorted({int(x) for x in ks}))
 
 
-def resolve_metrics(k=(1, 3, 5), metrics: Iterable[str] | None = None, has_propensity: bool = False) -> list[tuple[str, int]]:
+def resolve_metrics(
+    k=(1, 3, 5), metrics: Iterable[str] | None = None, has_propensity: bool = False
+) -> list[tuple[str, int]]:
     """The (family, k) pairs to compute, ordered by family then k; see the module docstring."""
     ks = _as_ks(k)
     if metrics is None:
@@ -161,7 +163,10 @@ def evaluate_with_ci(
     ``n_boot=0`` skips the bootstrap: every interval is (None, None).
     """
     if n_boot == 0:
-        return {name: (value, None, None) for name, value in evaluate(predictions, truth, k, inv_propensity, filter, metrics).items()}
+        return {
+            name: (value, None, None)
+            for name, value in evaluate(predictions, truth, k, inv_propensity, filter, metrics).items()
+        }
     names, numerators, denominators = components(predictions, truth, k, inv_propensity, filter, metrics)
     value, lo, hi = bootstrap.bootstrap_ci(numerators, denominators, n_boot=n_boot, seed=seed, confidence=confidence)
     return {n: (float(v) * 100, float(a) * 100, float(b) * 100) for n, v, a, b in zip(names, value, lo, hi)}

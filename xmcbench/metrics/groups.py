@@ -26,7 +26,8 @@ labels), restricted like everything else.
 
 from __future__ import annotations
 
-from typing import Iterable, Literal, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -54,9 +55,7 @@ def label_groups(train_labels, tail_max: int = 10, head_over: int = 100) -> dict
 def _keep_labels(matrix: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
     """Copy of ``matrix`` without the stored entries whose column is not in ``keep``."""
     mask = keep[matrix.indices]
-    counts = np.bincount(
-        np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))[mask], minlength=matrix.shape[0]
-    )
+    counts = np.bincount(np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))[mask], minlength=matrix.shape[0])
     indptr = np.concatenate(([0], np.cumsum(counts)))
     out = sp.csr_matrix((matrix.data[mask], matrix.indices[mask], indptr), shape=matrix.shape)
     out.has_canonical_format = matrix.has_canonical_format

@@ -80,7 +80,9 @@ def as_predictions(predictions, name: str = "predictions") -> sp.csr_matrix:
     elif sp.issparse(predictions):
         matrix = check_sparse(predictions, name, allow_inf=True, allow_repeats=False)
     else:
-        raise XmcbenchError(f"{name} must be a scipy.sparse matrix or a 2-D numpy array; got {type(predictions).__name__}")
+        raise XmcbenchError(
+            f"{name} must be a scipy.sparse matrix or a 2-D numpy array; got {type(predictions).__name__}"
+        )
     if not np.issubdtype(matrix.dtype, np.floating):
         matrix = matrix.astype(np.float64)
     if not matrix.has_canonical_format:
@@ -459,7 +461,9 @@ class RankedTruth:
 
     def ps_dcg(self, k: int) -> np.ndarray:
         """(n_rows,) sum over true labels ranked j < k of w_label / log2(j + 2)."""
-        return self._sum_top("ps_dcg", k, lambda: self._hit_weights * discounts(min(self.k_max, self.n_labels))[self.hit_rank])
+        return self._sum_top(
+            "ps_dcg", k, lambda: self._hit_weights * discounts(min(self.k_max, self.n_labels))[self.hit_rank]
+        )
 
     @cached_property
     def _ideal(self) -> np.ndarray:

@@ -37,8 +37,11 @@ def _shape(matrix, name) -> tuple[int, int]:
 def _integer_array(values, name, what: str) -> np.ndarray:
     values = np.asarray(values)
     if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
-        raise _fail(name, f"{what} must be a 1-D integer array; got {values.dtype} with shape {values.shape}; "
-                          "build the matrix with scipy.sparse")
+        raise _fail(
+            name,
+            f"{what} must be a 1-D integer array; got {values.dtype} with shape {values.shape}; "
+            "build the matrix with scipy.sparse",
+        )
     return values
 
 
@@ -64,23 +67,38 @@ def _check_compressed(matrix, name) -> None:
     indices = _integer_array(matrix.indices, name, "indices")
     data = np.asarray(matrix.data)
     if indptr.size != n_major + 1:
-        raise _fail(name, f"indptr has {indptr.size} entries but shape {(n_rows, n_cols)} needs {n_major + 1}; "
-                          "the matrix is corrupt: save it again with scipy.sparse.save_npz")
+        raise _fail(
+            name,
+            f"indptr has {indptr.size} entries but shape {(n_rows, n_cols)} needs {n_major + 1}; "
+            "the matrix is corrupt: save it again with scipy.sparse.save_npz",
+        )
     if data.ndim != 1 or data.size != indices.size:
-        raise _fail(name, f"{indices.size} label ids but {data.size} values; the matrix is corrupt: "
-                          "save it again with scipy.sparse.save_npz")
+        raise _fail(
+            name,
+            f"{indices.size} label ids but {data.size} values; the matrix is corrupt: "
+            "save it again with scipy.sparse.save_npz",
+        )
     if indptr[0] != 0 or indptr[-1] != indices.size:
-        raise _fail(name, f"indptr runs from {indptr[0]} to {indptr[-1]} but must run from 0 to the number of "
-                          f"stored entries ({indices.size}); the matrix is corrupt: save it again")
+        raise _fail(
+            name,
+            f"indptr runs from {indptr[0]} to {indptr[-1]} but must run from 0 to the number of "
+            f"stored entries ({indices.size}); the matrix is corrupt: save it again",
+        )
     steps = np.diff(indptr)
     if steps.size and steps.min() < 0:
-        raise _fail(name, f"indptr decreases at {major} {int(np.flatnonzero(steps < 0)[0])}; the matrix is "
-                          "corrupt: save it again with scipy.sparse.save_npz")
+        raise _fail(
+            name,
+            f"indptr decreases at {major} {int(np.flatnonzero(steps < 0)[0])}; the matrix is "
+            "corrupt: save it again with scipy.sparse.save_npz",
+        )
     if _out_of_range(indices, n_minor):
         entry = _first_bad_id(indices, n_minor)
         where = int(np.searchsorted(indptr, entry, side="right") - 1)
-        raise _fail(name, f"{minor} id {int(indices[entry])} in {major} {where} is out of range 0..{n_minor - 1}; "
-                          f"ids are zero-based and must be below the number of {minor}s ({n_minor})")
+        raise _fail(
+            name,
+            f"{minor} id {int(indices[entry])} in {major} {where} is out of range 0..{n_minor - 1}; "
+            f"ids are zero-based and must be below the number of {minor}s ({n_minor})",
+        )
 
 
 def _check_coo(matrix, name) -> None:
@@ -109,8 +127,10 @@ def check_values(data: np.ndarray, indptr: np.ndarray, name, *, allow_inf: bool)
     entry = int(np.flatnonzero(bad)[0])
     row = int(np.searchsorted(indptr, entry, side="right") - 1)
     what = "NaN" if np.isnan(data[entry]) else "infinite"
-    raise _fail(name, f"{what} value in row {row} (first of {int(bad.sum())}); fix the model output or the file "
-                      "before evaluating")
+    raise _fail(
+        name,
+        f"{what} value in row {row} (first of {int(bad.sum())}); fix the model output or the file before evaluating",
+    )
 
 
 def check_sparse(matrix, name, *, allow_inf: bool = False, allow_repeats: bool = True) -> sp.csr_matrix:

@@ -103,7 +103,9 @@ def parse_yaml(path: Path) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise _fail(path, f"is not UTF-8 text (byte {exc.start:,} cannot be decoded)", hint="save it as UTF-8") from None
+        raise _fail(
+            path, f"is not UTF-8 text (byte {exc.start:,} cannot be decoded)", hint="save it as UTF-8"
+        ) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

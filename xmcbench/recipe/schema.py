@@ -77,7 +77,7 @@ class SupervisionSection(Section):
     seed: int = Field(default=0, ge=0, le=MAX_SEED)  # which labels are kept in few-shot mode
 
     @model_validator(mode="after")
-    def _fraction_only_for_few_shot(self) -> "SupervisionSection":
+    def _fraction_only_for_few_shot(self) -> SupervisionSection:
         if self.mode == "few_shot" and self.label_fraction is None:
             raise ValueError("few_shot supervision needs label_fraction (e.g. 0.01 for 1% of labels)")
         if self.mode != "few_shot" and self.label_fraction is not None:
@@ -130,11 +130,13 @@ class EvaluationSection(Section):
     def _known_families(cls, value: list[str]) -> list[str]:
         unknown = [m for m in value if m not in FAMILIES]
         if unknown or not value:
-            raise ValueError(f"unknown metric {', '.join(map(repr, unknown)) or '(none given)'}; known: {', '.join(FAMILIES)}")
+            raise ValueError(
+                f"unknown metric {', '.join(map(repr, unknown)) or '(none given)'}; known: {', '.join(FAMILIES)}"
+            )
         return value
 
     @model_validator(mode="after")
-    def _top_k_covers_k(self) -> "EvaluationSection":
+    def _top_k_covers_k(self) -> EvaluationSection:
         if max(self.k) > self.top_k:
             raise ValueError(f"top_k ({self.top_k}) must be at least the largest k ({max(self.k)})")
         return self
@@ -176,10 +178,16 @@ class Recipe(Section):
     @field_validator("expect")
     @classmethod
     def _floors(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = [f"{metric!r} is not a metric name like P@1, nDCG@5, PSP@3, R@100"
-               for metric in value if not is_metric_name(metric)]
-        bad += [f"{metric}: {rule!r} is not a bound like '>= 30' or '> 12.5'"
-                for metric, rule in value.items() if not FLOOR.match(str(rule))]
+        bad = [
+            f"{metric!r} is not a metric name like P@1, nDCG@5, PSP@3, R@100"
+            for metric in value
+            if not is_metric_name(metric)
+        ]
+        bad += [
+            f"{metric}: {rule!r} is not a bound like '>= 30' or '> 12.5'"
+            for metric, rule in value.items()
+            if not FLOOR.match(str(rule))
+        ]
         if bad:
             raise ValueError("; ".join(bad))
         return value
@@ -188,7 +196,7 @@ class Recipe(Section):
     # registry); kept out of the fields so the recipe stays plain data.
     _method_config: BaseModel | None = PrivateAttr(default=None)
 
-    def bind_method_config(self, config: BaseModel) -> "Recipe":
+    def bind_method_config(self, config: BaseModel) -> Recipe:
         self._method_config = config
         return self
 

@@ -129,7 +129,9 @@ def _check_same_conditions(a: dict, b: dict) -> None:
 
 def _predictions_path(run: dict) -> Path:
     if not run["run_dir"]:
-        raise XmcbenchError(f"run {run['run_id']} was indexed without its run directory; re-ingest it with `xmcbench ingest DIR`")
+        raise XmcbenchError(
+            f"run {run['run_id']} was indexed without its run directory; re-ingest it with `xmcbench ingest DIR`"
+        )
     path = Path(run["run_dir"]) / PREDICTIONS_FILE
     if not path.exists():
         raise XmcbenchError(
@@ -157,7 +159,9 @@ def _evaluated_rows(a: dict, b: dict, n_pred: int, n_split: int) -> np.ndarray |
             f"a paired comparison needs the same queries"
         )
     if len(lists[0]) != n_pred:
-        raise XmcbenchError(f"{Path(a['run_dir']) / EVAL_ROWS_FILE} lists {len(lists[0])} queries but the predictions have {n_pred} rows")
+        raise XmcbenchError(
+            f"{Path(a['run_dir']) / EVAL_ROWS_FILE} lists {len(lists[0])} queries but the predictions have {n_pred} rows"
+        )
     return lists[0]
 
 

@@ -67,8 +67,11 @@ def fit_columns(table: Table, width: int | None) -> tuple[list[Column], list[Col
     metric goes together with its Δ columns). ``width=None``: everything.
     """
     # a column with no value in any row says nothing in a terminal (csv / json keep it)
-    columns = [c for c in table.columns
-               if c.key in NAME_COLUMNS or c.kind == "metric" or any(row.get(c.key) is not None for row in table.rows)]
+    columns = [
+        c
+        for c in table.columns
+        if c.key in NAME_COLUMNS or c.kind == "metric" or any(row.get(c.key) is not None for row in table.rows)
+    ]
     if width is None:
         return columns, []
 
@@ -126,18 +129,26 @@ def to_rich(table: Table, width: int | None = None, plain: bool = False):
     shown, dropped = fit_columns(table, width)
     notes = list(table.notes)
     if dropped:
-        notes.append("not shown for lack of width: " + ", ".join(c.header for c in dropped)
-                     + " (a wider terminal, --metrics or --format csv/json show them)")
+        notes.append(
+            "not shown for lack of width: "
+            + ", ".join(c.header for c in dropped)
+            + " (a wider terminal, --metrics or --format csv/json show them)"
+        )
     # Titles and notes carry dataset and run names: escaped so "[" prints instead of styling.
-    out = RichTable(title=escape(table.title), caption=escape("; ".join(notes)) or None,
-                    header_style="" if plain else "bold", box=box.ASCII if plain else box.HEAVY_HEAD,
-                    caption_justify="left")
+    out = RichTable(
+        title=escape(table.title),
+        caption=escape("; ".join(notes)) or None,
+        header_style="" if plain else "bold",
+        box=box.ASCII if plain else box.HEAVY_HEAD,
+        caption_justify="left",
+    )
     for column in shown:
         if column.kind == "text":
             size = max([len(column.header)] + [len(str(row.get(column.key) or "")) for row in table.rows])
             name = column.key in NAME_COLUMNS
-            out.add_column(escape(column.header), justify="left", min_width=min(size, NAME_MAX) if name else None,
-                           overflow="fold")
+            out.add_column(
+                escape(column.header), justify="left", min_width=min(size, NAME_MAX) if name else None, overflow="fold"
+            )
         else:
             out.add_column(escape(column.header), justify="right", no_wrap=True)
     section = None
@@ -221,7 +232,7 @@ def to_html(table: Table) -> str:
                 text = f'<strong class="best">{text}</strong>'
             cells.append(f"<td{align}>{text}</td>")
         body.append(f'<tr class="{row["kind"]}">' + "".join(cells) + "</tr>")
-    notes = "".join(f"<p class=\"note\">{esc(note)}</p>" for note in table.notes)
+    notes = "".join(f'<p class="note">{esc(note)}</p>' for note in table.notes)
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

@@ -145,9 +145,11 @@ def _page(title: str, links: list[tuple[str, str]], body: str) -> str:
 
 
 def _index_page(store: Store, links: list[tuple[str, str]]) -> str:
-    parts = ['<p class="note">Best P@1 per method and setting, published (each paper\'s main tables) and '
-             'reproduced with xmcbench. Click a header to sort, type to filter; a dataset\'s page has its full '
-             'table and plots.</p>']
+    parts = [
+        '<p class="note">Best P@1 per method and setting, published (each paper\'s main tables) and '
+        "reproduced with xmcbench. Click a header to sort, type to filter; a dataset's page has its full "
+        "table and plots.</p>"
+    ]
     deltas = []
     for name, _ in links:
         try:
@@ -156,10 +158,18 @@ def _index_page(store: Store, links: list[tuple[str, str]]) -> str:
             continue
         deltas += [(f"{r['method']} · {name}", r) for r in table.rows if r.get("P@1 Δ") is not None]
     parts.append('<div class="plots">')
-    parts.append(_figure(_delta_plot(deltas), "P@1 of each reproduced run minus the published P@1 of the same method "
-                         "and setting, with the run's 95% bootstrap interval shifted the same way."))
-    parts.append('<figure><figcaption><b>Datasets</b></figcaption><ul>'
-                 + "".join(f'<li><a href="{esc(p)}">{esc(n)}</a></li>' for n, p in links) + "</ul></figure>")
+    parts.append(
+        _figure(
+            _delta_plot(deltas),
+            "P@1 of each reproduced run minus the published P@1 of the same method "
+            "and setting, with the run's 95% bootstrap interval shifted the same way.",
+        )
+    )
+    parts.append(
+        "<figure><figcaption><b>Datasets</b></figcaption><ul>"
+        + "".join(f'<li><a href="{esc(p)}">{esc(n)}</a></li>' for n, p in links)
+        + "</ul></figure>"
+    )
     parts.append("</div><h2>Best P@1 per method</h2>")
     try:
         overview = build_overview(store)
@@ -174,21 +184,33 @@ def _dataset_page(store: Store, dataset: str, links: list[tuple[str, str]]) -> s
         table = build_table(store, dataset, curated=True)
     except XmcbenchError as exc:
         return _page(dataset, links, f'<p class="note">{esc(str(exc))}</p>')
-    parts = [f'<p class="note">{esc(table.title)}. Published rows: each paper\'s main tables (the command '
-             f'<code>xmcbench table --dataset {esc(dataset)} --all-published</code> lists every row). '
-             "Reproduced rows are highlighted.</p>"]
+    parts = [
+        f'<p class="note">{esc(table.title)}. Published rows: each paper\'s main tables (the command '
+        f"<code>xmcbench table --dataset {esc(dataset)} --all-published</code> lists every row). "
+        "Reproduced rows are highlighted.</p>"
+    ]
     metric = table.metrics[0] if table.metrics else "P@1"
     points = [_point(row, metric) for row in table.rows]
     parts.append('<h2>Plots</h2><div class="plots">')
-    parts.append(_figure(_scatter(points, "gpu_hours", metric, "GPU-hours (log)", pareto=True),
-                         f"{metric} against GPU-hours (published: training time × GPUs as reported; reproduced: "
-                         "train + predict wall time × GPUs). The line is the Pareto front: no point is both "
-                         "cheaper and better."))
-    parts.append(_figure(_scatter(points, "pool", metric, "labels scored per step (log)"),
-                         f"{metric} against the label pool per training step (positives + negatives in the loss): "
-                         "the question of PRIME's Figure 1, does a bigger pool buy accuracy?"))
+    parts.append(
+        _figure(
+            _scatter(points, "gpu_hours", metric, "GPU-hours (log)", pareto=True),
+            f"{metric} against GPU-hours (published: training time × GPUs as reported; reproduced: "
+            "train + predict wall time × GPUs). The line is the Pareto front: no point is both "
+            "cheaper and better.",
+        )
+    )
+    parts.append(
+        _figure(
+            _scatter(points, "pool", metric, "labels scored per step (log)"),
+            f"{metric} against the label pool per training step (positives + negatives in the loss): "
+            "the question of PRIME's Figure 1, does a bigger pool buy accuracy?",
+        )
+    )
     deltas = [(r["method"], r) for r in table.rows if r.get(f"{metric} Δ") is not None]
-    parts.append(_figure(_delta_plot(deltas, metric), f"Reproduced minus published {metric}, with the run's 95% interval."))
+    parts.append(
+        _figure(_delta_plot(deltas, metric), f"Reproduced minus published {metric}, with the run's 95% interval.")
+    )
     parts.append("</div>")
     parts.append("<h2>Results</h2>")
     parts.append(_html_table(table, "board-" + re.sub(r"[^a-z0-9]", "", dataset.lower())))
@@ -231,9 +253,11 @@ def _html_table(table: Table, table_id: str, header_links: dict[str, str] | None
                 cells.append(f'<td class="num" data-v="{number}">{text}</td>')
         body.append(f'<tr class="{esc(row["kind"])}">' + "".join(cells) + "</tr>")
     notes = "".join(f'<p class="note">{esc(n)}</p>' for n in table.notes)
-    return (f'<input class="filter" data-for="{table_id}" placeholder="filter rows…" aria-label="filter rows">'
-            f'<table class="board" id="{table_id}"><thead><tr>{"".join(heads)}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>{notes}")
+    return (
+        f'<input class="filter" data-for="{table_id}" placeholder="filter rows…" aria-label="filter rows">'
+        f'<table class="board" id="{table_id}"><thead><tr>{"".join(heads)}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>{notes}"
+    )
 
 
 # -- plots (SVG) -----------------------------------------------------------------------------
@@ -255,19 +279,26 @@ def _number(text: Any) -> float | None:
 
 
 def _point(row: dict, metric: str) -> dict:
-    return {"label": f"{row['method']} ({row['source']})", "kind": row["kind"], "y": row.get(metric),
-            "gpu_hours": _number(row.get("gpu_hours")), "pool": _number(row.get("label_pool"))}
+    return {
+        "label": f"{row['method']} ({row['source']})",
+        "kind": row["kind"],
+        "y": row.get(metric),
+        "gpu_hours": _number(row.get("gpu_hours")),
+        "pool": _number(row.get("label_pool")),
+    }
 
 
 def _empty(message: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img">'
-            f'<rect width="{W}" height="{H}" fill="#fafafa" stroke="#ddd"/>'
-            f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle" fill="#888" font-size="13">{esc(message)}</text></svg>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img">'
+        f'<rect width="{W}" height="{H}" fill="#fafafa" stroke="#ddd"/>'
+        f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle" fill="#888" font-size="13">{esc(message)}</text></svg>'
+    )
 
 
 def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     if log:
-        return [10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+        return [10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
     step = 10 ** math.floor(math.log10(max(hi - lo, 1e-9)))
     if (hi - lo) / step < 4:
         step /= 2
@@ -286,17 +317,25 @@ def _axes(xlo: float, xhi: float, ylo: float, yhi: float, xlabel: str, ylabel: s
     def sy(y: float) -> float:
         return H - PAD_B - (y - ylo) / ((yhi - ylo) or 1) * (H - PAD_B - PAD_T)
 
-    parts = [f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_B - PAD_T}" fill="white" stroke="#ccc"/>']
+    parts = [
+        f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_B - PAD_T}" fill="white" stroke="#ccc"/>'
+    ]
     for t in _ticks(xlo, xhi, xlog):
         if xlo <= t <= xhi:
-            parts.append(f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{PAD_T}" y2="{H - PAD_B}" stroke="#eee"/>'
-                         f'<text x="{sx(t):.1f}" y="{H - PAD_B + 14}" font-size="10" text-anchor="middle">{_short(t)}</text>')
+            parts.append(
+                f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{PAD_T}" y2="{H - PAD_B}" stroke="#eee"/>'
+                f'<text x="{sx(t):.1f}" y="{H - PAD_B + 14}" font-size="10" text-anchor="middle">{_short(t)}</text>'
+            )
     for t in _ticks(ylo, yhi, False):
-        parts.append(f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>'
-                     f'<text x="{PAD_L - 4}" y="{sy(t) + 3:.1f}" font-size="10" text-anchor="end">{_short(t)}</text>')
-    parts.append(f'<text x="{(W + PAD_L) / 2}" y="{H - 6}" font-size="11" text-anchor="middle">{esc(xlabel)}</text>'
-                 f'<text x="12" y="{(H - PAD_B) / 2}" font-size="11" text-anchor="middle" '
-                 f'transform="rotate(-90 12 {(H - PAD_B) / 2})">{esc(ylabel)}</text>')
+        parts.append(
+            f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>'
+            f'<text x="{PAD_L - 4}" y="{sy(t) + 3:.1f}" font-size="10" text-anchor="end">{_short(t)}</text>'
+        )
+    parts.append(
+        f'<text x="{(W + PAD_L) / 2}" y="{H - 6}" font-size="11" text-anchor="middle">{esc(xlabel)}</text>'
+        f'<text x="12" y="{(H - PAD_B) / 2}" font-size="11" text-anchor="middle" '
+        f'transform="rotate(-90 12 {(H - PAD_B) / 2})">{esc(ylabel)}</text>'
+    )
     return sx, sy, parts
 
 
@@ -309,23 +348,29 @@ def _short(v: float) -> str:
 
 
 def _svg(parts: list[str], label: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
-            f'aria-label="{esc(label)}">' + "".join(parts) + "</svg>")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
+        f'aria-label="{esc(label)}">' + "".join(parts) + "</svg>"
+    )
 
 
 def _legend(parts: list[str]) -> None:
     x = W - PAD_R - 150
     for i, (kind, colour) in enumerate(COLOURS.items()):
         y = PAD_T + 12 + i * 14
-        parts.append(f'<circle cx="{x}" cy="{y - 4}" r="4" fill="{colour}"/>'
-                     f'<text x="{x + 8}" y="{y}" font-size="10">{kind}</text>')
+        parts.append(
+            f'<circle cx="{x}" cy="{y - 4}" r="4" fill="{colour}"/>'
+            f'<text x="{x + 8}" y="{y}" font-size="10">{kind}</text>'
+        )
 
 
 def _scatter(points: list[dict], xkey: str, metric: str, xlabel: str, pareto: bool = False) -> str:
     pts = [p for p in points if p["y"] is not None and p[xkey] is not None and p[xkey] > 0]
     if not pts:
-        return _empty(f"no row reports both {metric} and {xlabel.split(' (')[0]}"
-                      + (" (CPU runs: 0 GPU-hours)" if xkey == "gpu_hours" else ""))
+        return _empty(
+            f"no row reports both {metric} and {xlabel.split(' (')[0]}"
+            + (" (CPU runs: 0 GPU-hours)" if xkey == "gpu_hours" else "")
+        )
     xs, ys = [p[xkey] for p in pts], [p["y"] for p in pts]
     xlo, xhi = min(xs) / 1.5, max(xs) * 1.5
     ylo, yhi = math.floor(min(ys) / 5) * 5, math.ceil(max(ys) / 5) * 5 + (5 if min(ys) == max(ys) else 0)
@@ -337,11 +382,15 @@ def _scatter(points: list[dict], xkey: str, metric: str, xlabel: str, pareto: bo
                 front.append(p)
                 best = p["y"]
         path = " ".join(f"{'M' if i == 0 else 'L'}{sx(p[xkey]):.1f},{sy(p['y']):.1f}" for i, p in enumerate(front))
-        parts.append(f'<path class="pareto" d="{path}" fill="none" stroke="#1971c2" stroke-width="1.5" stroke-dasharray="4 3"/>')
+        parts.append(
+            f'<path class="pareto" d="{path}" fill="none" stroke="#1971c2" stroke-width="1.5" stroke-dasharray="4 3"/>'
+        )
     for p in pts:
-        parts.append(f'<circle cx="{sx(p[xkey]):.1f}" cy="{sy(p["y"]):.1f}" r="4.5" fill="{COLOURS[p["kind"]]}" '
-                     f'fill-opacity="0.85"><title>{esc(p["label"])}: {metric} {p["y"]:.2f}, '
-                     f'{esc(xlabel.split(" (")[0])} {p[xkey]:,.4g}</title></circle>')
+        parts.append(
+            f'<circle cx="{sx(p[xkey]):.1f}" cy="{sy(p["y"]):.1f}" r="4.5" fill="{COLOURS[p["kind"]]}" '
+            f'fill-opacity="0.85"><title>{esc(p["label"])}: {metric} {p["y"]:.2f}, '
+            f"{esc(xlabel.split(' (')[0])} {p[xkey]:,.4g}</title></circle>"
+        )
     _legend(parts)
     return _svg(parts, f"{metric} against {xlabel}")
 
@@ -363,21 +412,31 @@ def _delta_plot(deltas: list[tuple[str, dict]], metric: str = "P@1") -> str:
 
     parts = [f'<line x1="{sx(0):.1f}" x2="{sx(0):.1f}" y1="{PAD_T}" y2="{height - PAD_B}" stroke="#333"/>']
     for t in _ticks(lo, hi, False):
-        parts.append(f'<text x="{sx(t):.1f}" y="{height - PAD_B + 14}" font-size="10" text-anchor="middle">{t:+.3g}</text>')
+        parts.append(
+            f'<text x="{sx(t):.1f}" y="{height - PAD_B + 14}" font-size="10" text-anchor="middle">{t:+.3g}</text>'
+        )
     for i, (name, value, ci) in enumerate(values):
         y = PAD_T + i * row_h
         colour = "#2f9e44" if value >= 0 else "#e03131"
         x0, x1 = sorted((sx(0), sx(value)))
-        parts.append(f'<text x="{left - 6}" y="{y + 14}" font-size="10" text-anchor="end">{esc(name[:34])}</text>'
-                     f'<rect x="{x0:.1f}" y="{y + 4}" width="{max(x1 - x0, 1):.1f}" height="{row_h - 8}" fill="{colour}">'
-                     f'<title>{esc(name)}: {metric} Δ {value:+.2f}</title></rect>')
+        parts.append(
+            f'<text x="{left - 6}" y="{y + 14}" font-size="10" text-anchor="end">{esc(name[:34])}</text>'
+            f'<rect x="{x0:.1f}" y="{y + 4}" width="{max(x1 - x0, 1):.1f}" height="{row_h - 8}" fill="{colour}">'
+            f"<title>{esc(name)}: {metric} Δ {value:+.2f}</title></rect>"
+        )
         if ci:
-            parts.append(f'<line x1="{sx(ci[0]):.1f}" x2="{sx(ci[1]):.1f}" y1="{y + row_h / 2}" y2="{y + row_h / 2}" '
-                         f'stroke="#222" stroke-width="1.5"/>')
-    parts.append(f'<text x="{(W + left) / 2}" y="{height - 6}" font-size="11" text-anchor="middle">'
-                 f'{metric}: reproduced − published</text>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}" '
-            f'role="img" aria-label="{metric} reproduced minus published">' + "".join(parts) + "</svg>")
+            parts.append(
+                f'<line x1="{sx(ci[0]):.1f}" x2="{sx(ci[1]):.1f}" y1="{y + row_h / 2}" y2="{y + row_h / 2}" '
+                f'stroke="#222" stroke-width="1.5"/>'
+            )
+    parts.append(
+        f'<text x="{(W + left) / 2}" y="{height - 6}" font-size="11" text-anchor="middle">'
+        f"{metric}: reproduced − published</text>"
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}" '
+        f'role="img" aria-label="{metric} reproduced minus published">' + "".join(parts) + "</svg>"
+    )
 
 
 def _loss_curves(store: Store, run_ids: list[str]) -> list[tuple[str, str]]:
@@ -397,8 +456,10 @@ def _loss_curves(store: Store, run_ids: list[str]) -> list[tuple[str, str]]:
         sx, sy, parts = _axes(xlo, xhi, ylo, yhi, "epoch", "loss", xlog=False)
         path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(points))
         parts.append(f'<path d="{path}" fill="none" stroke="#d9480f" stroke-width="2"/>')
-        parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="#d9480f"><title>epoch {x}: loss {y:.4f}</title></circle>'
-                  for x, y in points]
+        parts += [
+            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="#d9480f"><title>epoch {x}: loss {y:.4f}</title></circle>'
+            for x, y in points
+        ]
         curves.append((run_id, _svg(parts, f"loss per epoch of {run_id}")))
     return curves
 

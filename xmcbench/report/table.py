@@ -120,7 +120,9 @@ def build_table(
         references = [r for r in references if r["paper"].lower() == paper.lower()]
     if method is not None:
         runs = [r for r in runs if _name_key(r["method"]) == _name_key(method)]
-        references = [r for r in references if _name_key(method) in (_name_key(r["method"]), _name_key(r["printed_name"]))]
+        references = [
+            r for r in references if _name_key(method) in (_name_key(r["method"]), _name_key(r["printed_name"]))
+        ]
     hidden = 0
     if curated:
         before = len({_ref_key(r) for r in references})
@@ -166,7 +168,9 @@ def build_table(
         row.pop("_anchor", None)
     table.best = _best_cells(table)
     if hidden:
-        table.notes.append(f"{hidden} published ablation / variant / duplicate rows hidden (--all-published shows them)")
+        table.notes.append(
+            f"{hidden} published ablation / variant / duplicate rows hidden (--all-published shows them)"
+        )
     if any(not row["ranked"] for row in rows):
         table.notes.append("rows evaluated on part of the test set are not ranked")
     if other_copies:
@@ -204,7 +208,11 @@ def _main_rows(references: list[dict]) -> list[dict]:
     by two papers) the method's own paper wins, then the row with most numbers, then paper order.
     """
     minor = _minor_rows()
-    kept = [r for r in references if (r["paper"], r["paper_table"], r["dataset"], r["method"], r["variant"], r["setting"]) not in minor]
+    kept = [
+        r
+        for r in references
+        if (r["paper"], r["paper_table"], r["dataset"], r["method"], r["variant"], r["setting"]) not in minor
+    ]
     by_row: dict[tuple, list[dict]] = {}
     for ref in kept:
         by_row.setdefault(_ref_key(ref), []).append(ref)
@@ -231,8 +239,12 @@ def _minor_rows() -> frozenset:
         if state not in _MINOR_CACHE:
             files = load_reference_files(folder)
             _MINOR_CACHE.clear()
-            _MINOR_CACHE[state] = frozenset((row.paper, row.table, row.dataset, row.method, row.variant, row.setting)
-                                            for file in files for row in file.rows if not file.is_main(row))
+            _MINOR_CACHE[state] = frozenset(
+                (row.paper, row.table, row.dataset, row.method, row.variant, row.setting)
+                for file in files
+                for row in file.rows
+                if not file.is_main(row)
+            )
         return _MINOR_CACHE[state]
     except Exception:  # noqa: BLE001 - a broken leaderboard folder is reported elsewhere; show everything
         return frozenset()
@@ -253,8 +265,16 @@ def _curate(table: Table) -> None:
         anchor = anchor or row
         section = section_of(row["setting"])
         order = SECTIONS.index(section) if section in SECTIONS else len(SECTIONS)
-        return (order, section, value(anchor), anchor["source"], anchor["method"],
-                row is not anchor, value(row), row["source"])
+        return (
+            order,
+            section,
+            value(anchor),
+            anchor["source"],
+            anchor["method"],
+            row is not anchor,
+            value(row),
+            row["source"],
+        )
 
     table.rows.sort(key=key)
     for row in table.rows:
@@ -319,8 +339,11 @@ def _run_row(run: dict, details: dict) -> dict[str, Any]:
         "ranked": coverage is None or coverage >= 100.0,
         "notes": None,
         "_metrics": {name: s["value"] for name, s in details["scores"].items()},
-        "_ci": {name: (s["ci_lo"], s["ci_hi"]) for name, s in details["scores"].items()
-                if s.get("ci_lo") is not None and s.get("ci_hi") is not None},
+        "_ci": {
+            name: (s["ci_lo"], s["ci_hi"])
+            for name, s in details["scores"].items()
+            if s.get("ci_lo") is not None and s.get("ci_hi") is not None
+        },
         "coverage": coverage,
         "gpu_hours": compute.get("gpu_hours"),
         "gpus": _devices(compute),
@@ -362,8 +385,11 @@ def _reference_rows(references: list[dict]) -> list[dict[str, Any]]:
                 "kind": "published",
                 "ranked": not partial,
                 "notes": "; ".join(
-                    n for n in (f"evaluated on {ref['test_queries']:,} test queries" if partial else None, ref["notes"]) if n
-                ) or None,
+                    n
+                    for n in (f"evaluated on {ref['test_queries']:,} test queries" if partial else None, ref["notes"])
+                    if n
+                )
+                or None,
                 "_method": ref["method"],
                 "_variant": ref["variant"],
                 "_paper": ref["paper"],
@@ -389,14 +415,21 @@ def _add_deltas(run_rows: list[dict], ref_rows: list[dict], metrics: list[str]) 
     with_delta: set[str] = set()
     for row in run_rows:
         method = _name_key(row["method"])
-        matches = [r for r in ref_rows if r["ranked"] and _name_key(r["_method"]) == method and r["setting"] == row["setting"]]
+        matches = [
+            r for r in ref_rows if r["ranked"] and _name_key(r["_method"]) == method and r["setting"] == row["setting"]
+        ]
         if not matches:
             continue
         # the method's own paper, its plain row (no variant), the row with most of the metrics shown
         ref = min(
             matches,
-            key=lambda r: (_name_key(r["_paper"]) != method, r["_variant"] is not None,
-                           -len(set(r["_metrics"]) & set(metrics)), r["source"], r["method"]),
+            key=lambda r: (
+                _name_key(r["_paper"]) != method,
+                r["_variant"] is not None,
+                -len(set(r["_metrics"]) & set(metrics)),
+                r["source"],
+                r["method"],
+            ),
         )
         row["delta_vs"] = f"{ref['method']} ({ref['source']})"
         row["anchor"] = ref["source"] + "|" + ref["method"]
@@ -468,14 +501,25 @@ def _best_cells(table: Table) -> dict[str, set[int]]:
 # -- the overview: methods × datasets ---------------------------------------------------------
 
 DATASET_SHORT = {
-    "LF-AmazonTitles-131K": "AT-131K", "LF-Amazon-131K": "A-131K", "LF-WikiSeeAlsoTitles-320K": "WSAT-320K",
-    "LF-WikiSeeAlso-320K": "WSA-320K", "LF-WikiTitles-500K": "WT-500K", "LF-Wikipedia-500K": "W-500K",
-    "LF-AmazonTitles-1.3M": "AT-1.3M", "EURLex-4K": "EURLex-4K",
+    "LF-AmazonTitles-131K": "AT-131K",
+    "LF-Amazon-131K": "A-131K",
+    "LF-WikiSeeAlsoTitles-320K": "WSAT-320K",
+    "LF-WikiSeeAlso-320K": "WSA-320K",
+    "LF-WikiTitles-500K": "WT-500K",
+    "LF-Wikipedia-500K": "W-500K",
+    "LF-AmazonTitles-1.3M": "AT-1.3M",
+    "EURLex-4K": "EURLex-4K",
 }
 
 
-def build_overview(store: Store, metric: str = "P@1", setting: str | None = None, paper: str | None = None,
-                   method: str | None = None, curated: bool = True) -> Table:
+def build_overview(
+    store: Store,
+    metric: str = "P@1",
+    setting: str | None = None,
+    paper: str | None = None,
+    method: str | None = None,
+    curated: bool = True,
+) -> Table:
     """Every dataset at once: one row per method and setting, its best ``metric`` per dataset.
 
     Published rows (main tables only when ``curated``; a method printed by several papers keeps
@@ -489,7 +533,9 @@ def build_overview(store: Store, metric: str = "P@1", setting: str | None = None
     if paper is not None:
         references = [r for r in references if r["paper"].lower() == paper.lower()]
     if method is not None:
-        references = [r for r in references if _name_key(method) in (_name_key(r["method"]), _name_key(r["printed_name"]))]
+        references = [
+            r for r in references if _name_key(method) in (_name_key(r["method"]), _name_key(r["printed_name"]))
+        ]
     if curated:
         references = _main_rows(references)
     runs = store.runs(status="finished")
@@ -498,8 +544,19 @@ def build_overview(store: Store, metric: str = "P@1", setting: str | None = None
     datasets: list[str] = []
 
     def put(key: tuple, name: str, row_setting: str, source: str, kind: str, dataset: str, value: float) -> None:
-        row = rows.setdefault(key, {"method": name, "setting": row_setting, "source": source, "kind": kind,
-                                    "ranked": True, "notes": None, "section": section_of(row_setting), "_papers": set()})
+        row = rows.setdefault(
+            key,
+            {
+                "method": name,
+                "setting": row_setting,
+                "source": source,
+                "kind": kind,
+                "ranked": True,
+                "notes": None,
+                "section": section_of(row_setting),
+                "_papers": set(),
+            },
+        )
         if dataset not in datasets:
             datasets.append(dataset)
         if row.get(dataset) is None or value > row[dataset]:
@@ -537,11 +594,19 @@ def build_overview(store: Store, metric: str = "P@1", setting: str | None = None
         return (rank, section, -len([d for d in datasets if row.get(d) is not None]), -(first or 0), row["method"])
 
     out_rows.sort(key=sort_key)
-    columns = [Column("method", "method", "text"), Column("setting", "setting", "text"),
-               Column("source", "source", "text")]
+    columns = [
+        Column("method", "method", "text"),
+        Column("setting", "setting", "text"),
+        Column("source", "source", "text"),
+    ]
     columns += [Column(d, DATASET_SHORT.get(d, d), "metric") for d in datasets]
-    table = Table(dataset=f"best {metric} per method", metrics=datasets, columns=columns, rows=out_rows,
-                  higher_is_better={d: True for d in datasets})
+    table = Table(
+        dataset=f"best {metric} per method",
+        metrics=datasets,
+        columns=columns,
+        rows=out_rows,
+        higher_is_better={d: True for d in datasets},
+    )
     table.best = _best_cells(table)
     legend = ", ".join(f"{DATASET_SHORT[d]} = {d}" for d in datasets if d in DATASET_SHORT and DATASET_SHORT[d] != d)
     if legend:

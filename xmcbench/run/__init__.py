@@ -14,4 +14,13 @@
 from xmcbench.run.check import check_recipe, load_recipe, recipe_from_dict
 from xmcbench.run.runner import RunInterrupted, RunResult, find_run, load_record, run_recipe
 
-__all__ = ["RunInterrupted", "RunResult", "check_recipe", "find_run", "load_recipe", "load_record", "recipe_from_dict", "run_recipe"]
+__all__ = [
+    "RunInterrupted",
+    "RunResult",
+    "check_recipe",
+    "find_run",
+    "load_recipe",
+    "load_record",
+    "recipe_from_dict",
+    "run_recipe",
+]

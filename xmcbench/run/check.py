@@ -68,8 +68,12 @@ def _supervision_problems(file: str, recipe: Recipe, config: Any = None) -> list
     if recipe.supervision.mode == "zero_shot" and recipe.method.name in METHODS:
         if METHODS.get(recipe.method.name).requires_labels:
             return [
-                Problem(file, "supervision.mode", f"method {recipe.method.name} trains on labels; it cannot run zero_shot",
-                        "use mode full or few_shot, or a zero-shot method")
+                Problem(
+                    file,
+                    "supervision.mode",
+                    f"method {recipe.method.name} trains on labels; it cannot run zero_shot",
+                    "use mode full or few_shot, or a zero-shot method",
+                )
             ]
     return []
 
@@ -79,8 +83,12 @@ def _method_problems(file: str, method: dict[str, Any]):
     name = method.get("name")
     if not isinstance(name, str) or name not in METHODS:
         return None, [
-            Problem(file, "method.name", f"unknown method {name!r}{did_you_mean(str(name), METHODS.names())}",
-                    f"known: {', '.join(METHODS.names())}")
+            Problem(
+                file,
+                "method.name",
+                f"unknown method {name!r}{did_you_mean(str(name), METHODS.names())}",
+                f"known: {', '.join(METHODS.names())}",
+            )
         ]
     config = METHODS.get(name).Config
     params = {k: v for k, v in method.items() if k != "name"}

@@ -7,9 +7,10 @@ resumed run skip what an earlier attempt finished.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import sparse
@@ -45,8 +46,9 @@ def ensure_dataset(recipe: Recipe, progress: bool = True) -> PreparedDataset:
     return load_dataset(ds.name, download=True, source=ds.source, synthetic=synthetic, progress=progress)
 
 
-def build_train_task(recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndarray,
-                     with_titles: bool = False) -> TrainTask:
+def build_train_task(
+    recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndarray, with_titles: bool = False
+) -> TrainTask:
     """The training side as the supervision regime lets the method see it.
 
     zero_shot: no label array at all (``train_labels`` and ``seen_labels`` are None).
@@ -67,10 +69,13 @@ def build_train_task(recipe: Recipe, dataset: PreparedDataset, inv_prop: np.ndar
         seen[rng.choice(dataset.n_labels, size=n_keep, replace=False)] = True
         labels = sparse.csr_matrix(labels.multiply(seen[None, :].astype(np.float32)))
         labels.eliminate_zeros()
-    summary = {"mode": sup.mode, "label_fraction": sup.label_fraction,
-               "labels_sampled": int(seen.sum()) if seen is not None else None,
-               "train_pairs": int(labels.nnz) if labels is not None else 0,
-               "train_queries_with_labels": int(np.count_nonzero(np.diff(labels.indptr))) if labels is not None else 0}
+    summary = {
+        "mode": sup.mode,
+        "label_fraction": sup.label_fraction,
+        "labels_sampled": int(seen.sum()) if seen is not None else None,
+        "train_pairs": int(labels.nnz) if labels is not None else 0,
+        "train_queries_with_labels": int(np.count_nonzero(np.diff(labels.indptr))) if labels is not None else 0,
+    }
     titles, contents = _titles_and_contents(dataset) if with_titles else (None, None)
     return TrainTask(
         dataset_name=dataset.name,
@@ -103,8 +108,10 @@ def _titles_and_contents(dataset: PreparedDataset) -> tuple[list[str] | None, li
     name = get_format(spec.format).split_files["train"]
     path = find_raw_file(paths.dataset_raw_dir(spec.raw_group), name)
     if path is None:
-        raise XmcbenchError(f"dataset {spec.name}: the raw file {name} (instance titles) is not here; "
-                            f"run `xmcbench datasets download {spec.name}`")
+        raise XmcbenchError(
+            f"dataset {spec.name}: the raw file {name} (instance titles) is not here; "
+            f"run `xmcbench datasets download {spec.name}`"
+        )
     if spec.format == "zestxml-raw":
         from xmcbench.data.formats.zestxml import read_titles_and_contents
 
@@ -145,9 +152,13 @@ def prepare(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: boo
         filt = filt[rows] if filt is not None else None
         texts = [texts[int(i)] for i in rows]
     record["task"].update(
-        dataset=dataset.name, dataset_version=dataset.version,
-        n_queries=int(dataset.labels(split).shape[0]), n_queries_evaluated=int(truth.shape[0]),
-        n_labels=int(dataset.n_labels), propensity_a=a, propensity_b=b,
+        dataset=dataset.name,
+        dataset_version=dataset.version,
+        n_queries=int(dataset.labels(split).shape[0]),
+        n_queries_evaluated=int(truth.shape[0]),
+        n_labels=int(dataset.n_labels),
+        propensity_a=a,
+        propensity_b=b,
         filter=(f"filter_labels_{split}.txt" if filt is not None else None),
     )
     return EvalData(dataset, train_truth, inv_prop, truth, filt, texts)
@@ -163,7 +174,9 @@ def train(recipe: Recipe, data: EvalData, ctx: RunContext, done: list[str], is_m
     if "train" in done and model_dir.exists():
         method.load(model_dir)
     else:
-        task = build_train_task(recipe, data.dataset, data.inv_prop, with_titles=getattr(method_cls, "uses_titles", False))
+        task = build_train_task(
+            recipe, data.dataset, data.inv_prop, with_titles=getattr(method_cls, "uses_titles", False)
+        )
         ctx.accounting["supervision"] = task.supervision
         method.fit(task, ctx)
         if is_main:
@@ -194,18 +207,34 @@ def evaluate(recipe: Recipe, preds: sparse.csr_matrix, data: EvalData, record: d
     use_ps = any(m in ev.metrics for m in ("PSP", "PSnDCG"))
     inv_prop = data.inv_prop if use_ps else None
     scored = metrics.evaluate_with_ci(
-        preds, data.truth, k=tuple(ev.k), inv_propensity=inv_prop,
-        metrics=tuple(ev.metrics), n_boot=ev.bootstrap, seed=recipe.training.seed,
+        preds,
+        data.truth,
+        k=tuple(ev.k),
+        inv_propensity=inv_prop,
+        metrics=tuple(ev.metrics),
+        n_boot=ev.bootstrap,
+        seed=recipe.training.seed,
     )
     record["scores"] = [
-        {"name": name, "metric": name.split("@")[0], "k": int(name.split("@")[1]), "value": float(value),
-         "ci_lo": None if lo is None else float(lo), "ci_hi": None if hi is None else float(hi),
-         "higher_is_better": True}
+        {
+            "name": name,
+            "metric": name.split("@")[0],
+            "k": int(name.split("@")[1]),
+            "value": float(value),
+            "ci_lo": None if lo is None else float(lo),
+            "ci_hi": None if hi is None else float(hi),
+            "higher_is_better": True,
+        }
         for name, (value, lo, hi) in scored.items()
     ]
     if ev.groups:
         groups = metrics.evaluate_by_group(
-            preds, data.truth, data.train_truth, k=tuple(ev.k), inv_propensity=inv_prop, metrics=tuple(ev.metrics),
+            preds,
+            data.truth,
+            data.train_truth,
+            k=tuple(ev.k),
+            inv_propensity=inv_prop,
+            metrics=tuple(ev.metrics),
         )
         record["groups"] = {g: info["scores"] for g, info in groups.items()}
         record["group_sizes"] = {g: {"labels": info["labels"], "rows": info["rows"]} for g, info in groups.items()}

@@ -174,8 +174,13 @@ def _dataset_counts(recipe) -> tuple[str, int, int]:
     return spec.name, int(counts["train"]), int(counts["labels"])
 
 
-def plan_recipe(recipe, gpu: str = "A100-40GB", num_gpus: int | None = None, gpu_mem_gb: float | None = None,
-                utilisation: float = 0.4) -> Plan:
+def plan_recipe(
+    recipe,
+    gpu: str = "A100-40GB",
+    num_gpus: int | None = None,
+    gpu_mem_gb: float | None = None,
+    utilisation: float = 0.4,
+) -> Plan:
     """Estimate memory and time of ``recipe`` on ``num_gpus`` x ``gpu`` (default: the recipe's GPU count)."""
     canon = {k.lower(): k for k in DEVICES}
     if gpu.lower() not in canon and gpu_mem_gb is None:
@@ -223,7 +228,9 @@ def plan_recipe(recipe, gpu: str = "A100-40GB", num_gpus: int | None = None, gpu
         step_tokens += min(negatives, 4 * batch) * label_seq * 3
         if method == "unidec":
             classifier = n_labels * h * 4 / GB
-            memory["classifier + grads + AdamW (fp32)"] = 4 * classifier / g if params.get("shard", False) else 4 * classifier
+            memory["classifier + grads + AdamW (fp32)"] = (
+                4 * classifier / g if params.get("shard", False) else 4 * classifier
+            )
         if method in ("tfidf", "zero_shot"):
             memory = {"model (inference, fp32)": 4 * enc.params / GB, "label embeddings (fp32)": label_table}
             step_tokens = batch * seq
@@ -235,8 +242,23 @@ def plan_recipe(recipe, gpu: str = "A100-40GB", num_gpus: int | None = None, gpu
     steps = epochs * math.ceil(n_train / batch) if method not in ("tfidf", "zero_shot") else 0
     notes.append(f"step time assumes {utilisation:.0%} of the {gpu}'s bf16 peak ({tflops:.0f} TFLOPS)")
     return Plan(
-        recipe=recipe.name, method=method + (f" ({regime})" if regime else ""), dataset=name, n_train=n_train,
-        n_labels=n_labels, encoder=recipe.encoder.name, encoder_params=enc.params, hidden=h, gpu=gpu, gpu_mem_gb=mem,
-        num_gpus=g, batch_size=batch, memory_gb=memory, label_embeddings_gb=label_table, classifier_gb=classifier,
-        step_s=step_s, steps=steps, gpu_hours=step_s * steps * g / 3600, notes=notes,
+        recipe=recipe.name,
+        method=method + (f" ({regime})" if regime else ""),
+        dataset=name,
+        n_train=n_train,
+        n_labels=n_labels,
+        encoder=recipe.encoder.name,
+        encoder_params=enc.params,
+        hidden=h,
+        gpu=gpu,
+        gpu_mem_gb=mem,
+        num_gpus=g,
+        batch_size=batch,
+        memory_gb=memory,
+        label_embeddings_gb=label_table,
+        classifier_gb=classifier,
+        step_s=step_s,
+        steps=steps,
+        gpu_hours=step_s * steps * g / 3600,
+        notes=notes,
     )

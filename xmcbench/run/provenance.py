@@ -25,10 +25,19 @@ def git_state() -> tuple[str | None, bool | None]:
     if not (root / ".git").exists():
         return None, None
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "xmcbench", "pyproject.toml"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip() != ""
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = (
+            subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--", "xmcbench", "pyproject.toml"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout.strip()
+            != ""
+        )
         return commit, dirty
     except (OSError, subprocess.SubprocessError):
         return None, None
@@ -53,9 +62,15 @@ def attempt_facts(command: str | None) -> dict[str, Any]:
     """What this attempt (the first run or a resume) ran with; each attempt may run other code."""
     commit, dirty = git_state()
     return {
-        "xmcbench_version": __version__, "git_commit": commit, "git_dirty": dirty, "packages": packages(),
-        "command": command_line(command), "python": platform.python_version(), "platform": platform.platform(),
-        "host": socket.gethostname(), "pid": os.getpid(),
+        "xmcbench_version": __version__,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "packages": packages(),
+        "command": command_line(command),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
     }
 
 
@@ -83,7 +98,8 @@ def compute_facts(device: str, world_size: int) -> dict[str, Any]:
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "ram_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3, 2)
-        if hasattr(os, "sysconf") else None,
+        if hasattr(os, "sysconf")
+        else None,
         "wall_time_s": {},
         "gpu_hours": 0.0,
         "peak_gpu_mem_gb": None,
@@ -92,8 +108,12 @@ def compute_facts(device: str, world_size: int) -> dict[str, Any]:
     if device == "cuda":
         facts["device_names"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())][:world_size]
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10)
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             facts["driver_version"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
         except (OSError, subprocess.SubprocessError, IndexError):
             pass

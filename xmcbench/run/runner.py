@@ -152,11 +152,15 @@ def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
     """What can only be known at run time, checked before the run folder exists."""
     resolve_device(recipe.hardware.devices)
     if db_path.is_dir():
-        raise XmcbenchError(f"output.db {db_path} is a folder; give the path of a database file (e.g. {db_path}/xmcbench.duckdb)")
+        raise XmcbenchError(
+            f"output.db {db_path} is a folder; give the path of a database file (e.g. {db_path}/xmcbench.duckdb)"
+        )
     try:
         runs_root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise XmcbenchError(f"cannot create the runs folder {runs_root} ({exc.strerror}); set output.runs_dir or XMCBENCH_HOME") from None
+        raise XmcbenchError(
+            f"cannot create the runs folder {runs_root} ({exc.strerror}); set output.runs_dir or XMCBENCH_HOME"
+        ) from None
     if not os.access(runs_root, os.W_OK | os.X_OK):
         raise XmcbenchError(f"the runs folder {runs_root} is not writable; set output.runs_dir or XMCBENCH_HOME")
 
@@ -180,19 +184,33 @@ def _start(run_dir: Path, recipe: Recipe, recipe_path: str | None, command: str 
         run_dir.name,
         name=redact(recipe.name),
         phases_done=[],
-        task={"dataset": recipe.dataset.name, "dataset_variant": redact_data(recipe.dataset.variant),
-              "split": recipe.evaluation.split, "supervision": recipe.supervision.mode,
-              "label_fraction": recipe.supervision.label_fraction},
-        model={"method": recipe.method.name,
-               "encoder": recipe.encoder.name if uses_encoder else None,
-               # an hf:// encoder is recorded at the commit it resolved to (a branch moves)
-               "encoder_revision": resolved_revision(recipe.encoder.name, recipe.encoder.revision)
-               if uses_encoder else None,
-               "params_total": None, "params_trainable": None},
+        task={
+            "dataset": recipe.dataset.name,
+            "dataset_variant": redact_data(recipe.dataset.variant),
+            "split": recipe.evaluation.split,
+            "supervision": recipe.supervision.mode,
+            "label_fraction": recipe.supervision.label_fraction,
+        },
+        model={
+            "method": recipe.method.name,
+            "encoder": recipe.encoder.name if uses_encoder else None,
+            # an hf:// encoder is recorded at the commit it resolved to (a branch moves)
+            "encoder_revision": resolved_revision(recipe.encoder.name, recipe.encoder.revision)
+            if uses_encoder
+            else None,
+            "params_total": None,
+            "params_trainable": None,
+        },
         provenance={**facts, "recipe_hash": recipe.hash(), "recipe_path": recipe_path, "seed": recipe.training.seed},
-        accounting={"batch_size": None, "pool_size_mean": None, "pool_size_max": None,
-                    "positives_per_query": None, "hard_negatives_per_query": None,
-                    "refresh_interval": None, "steps": None},
+        accounting={
+            "batch_size": None,
+            "pool_size_mean": None,
+            "pool_size_max": None,
+            "positives_per_query": None,
+            "hard_negatives_per_query": None,
+            "refresh_interval": None,
+            "steps": None,
+        },
     )
     return LiveRecord(run_dir, record)
 
@@ -207,10 +225,14 @@ def _resume(run_dir: Path, command: str | None) -> tuple[Recipe, LiveRecord]:
         data = yaml.safe_load(recipe_file.read_text(encoding="utf-8"))
         recipe = recipe_from_dict(data, str(recipe_file))
     except FileNotFoundError:
-        raise XmcbenchError(f"{recipe_file} is missing, so run {record['run_id']} cannot be resumed; start it again") from None
+        raise XmcbenchError(
+            f"{recipe_file} is missing, so run {record['run_id']} cannot be resumed; start it again"
+        ) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecipeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise XmcbenchError(f"{recipe_file} is damaged ({first}), so run {record['run_id']} cannot be resumed; start it again") from None
+        raise XmcbenchError(
+            f"{recipe_file} is damaged ({first}), so run {record['run_id']} cannot be resumed; start it again"
+        ) from None
     facts = attempt_facts(command)
     # Each resume may run other code: keep what every attempt ran with.
     record.setdefault("attempts", []).append({"resumed_at": utc_now(), **facts})
@@ -270,8 +292,11 @@ class _Indexer:
             self._index(record, INDEX_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - the record on disk is the truth; the index catches up
             if not self._warned:
-                log.warning("could not index the run in %s yet (%s); the run goes on", self.db_path,
-                            redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__)
+                log.warning(
+                    "could not index the run in %s yet (%s); the run goes on",
+                    self.db_path,
+                    redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__,
+                )
                 self._warned = True
 
     def index_finally(self, record: dict[str, Any]) -> None:
@@ -279,8 +304,10 @@ class _Indexer:
             self._index(record, None)
         except Exception as exc:  # noqa: BLE001
             reason = redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
-            self.error = (f"the run is complete in {self.run_dir}, but the database {self.db_path} could not index it "
-                          f"({reason}); `xmcbench ingest {self.run_dir.parent}` will index it")
+            self.error = (
+                f"the run is complete in {self.run_dir}, but the database {self.db_path} could not index it "
+                f"({reason}); `xmcbench ingest {self.run_dir.parent}` will index it"
+            )
             log.error(self.error)
 
 
@@ -320,8 +347,12 @@ def _run_worker(recipe: Recipe | None, dist, progress: bool) -> RunResult:
     run_dir, phases_done = _agree_on_run(None)
     if recipe is None:  # resume: rank 0 has checked the run; read the same recorded recipe
         recipe = recipe_from_dict(yaml.safe_load((run_dir / RECIPE_FILE).read_text()), str(run_dir / RECIPE_FILE))
-    record = new_record(run_dir.name, task={"dataset": recipe.dataset.name, "split": recipe.evaluation.split},
-                        model={"method": recipe.method.name}, phases_done=list(phases_done))
+    record = new_record(
+        run_dir.name,
+        task={"dataset": recipe.dataset.name, "split": recipe.evaluation.split},
+        model={"method": recipe.method.name},
+        phases_done=list(phases_done),
+    )
     live = LiveRecord(run_dir, record)
     if "train" in phases_done:
         barrier()  # matches rank 0's barrier after preparing the dataset; rank 0 loads the trained model
@@ -353,8 +384,15 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
     precision = recipe.training.precision
     if precision == "auto":
         precision = "bf16" if device.startswith("cuda") else "fp32"
-    ctx = RunContext(run_dir=run_dir, device=device, precision=precision, seed=recipe.training.seed,
-                     progress=progress, world_size=world_size, accounting=record["accounting"])
+    ctx = RunContext(
+        run_dir=run_dir,
+        device=device,
+        precision=precision,
+        seed=recipe.training.seed,
+        progress=progress,
+        world_size=world_size,
+        accounting=record["accounting"],
+    )
     ctx.seed_everything()
     walls = dict(record["compute"].get("wall_time_s", {}))
     peaks = {k: record["compute"].get(k) for k in ("peak_host_mem_gb", "peak_gpu_mem_gb")}
@@ -370,13 +408,21 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
         compute = record["compute"]
         compute["gpu_hours"] = (
             (walls.get("train", 0.0) + walls.get("predict", 0.0)) / 3600 * compute["device_count"]
-            if device.startswith("cuda") else 0.0
+            if device.startswith("cuda")
+            else 0.0
         )
         update_peak_memory(compute, device)
         live.save()
 
-    log.info("run %s: %s on %s (%s, %s, world size %d)", record["run_id"], recipe.method.name,
-             (record.get("task") or {}).get("dataset"), device, precision, world_size)
+    log.info(
+        "run %s: %s on %s (%s, %s, world size %d)",
+        record["run_id"],
+        recipe.method.name,
+        (record.get("task") or {}).get("dataset"),
+        device,
+        precision,
+        world_size,
+    )
     log.info("phase prepare: starting")
     with live.phase("prepare"):
         if not dist.is_main:
@@ -406,8 +452,11 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
     with live.phase("evaluate"):
         phases.evaluate(recipe, preds, data, record)
     mark("evaluate")
-    log.info("phase evaluate: done in %.1fs: %s", live.walls.get("evaluate", 0.0),
-             ", ".join(f"{s['name']} {s['value']:.2f}" for s in (record.get("scores") or [])[:6]) or "no scores")
+    log.info(
+        "phase evaluate: done in %.1fs: %s",
+        live.walls.get("evaluate", 0.0),
+        ", ".join(f"{s['name']} {s['value']:.2f}" for s in (record.get("scores") or [])[:6]) or "no scores",
+    )
 
 
 __all__ = ["RunInterrupted", "RunResult", "effective_status", "find_run", "load_record", "run_recipe"]

@@ -37,7 +37,9 @@ def recipes_dir() -> Path:
     shipped = resources.files("xmcbench").joinpath("recipes")
     if shipped.is_dir():
         return Path(str(shipped))
-    raise XmcbenchError(f"cannot find the shipped recipes (no recipes/ beside the package, no packaged copy); set ${ENV_DIR}")
+    raise XmcbenchError(
+        f"cannot find the shipped recipes (no recipes/ beside the package, no packaged copy); set ${ENV_DIR}"
+    )
 
 
 def is_fragment(path: Path, root: Path) -> bool:
@@ -71,7 +73,7 @@ def resolve_recipe(text: str | os.PathLike) -> Path:
         return path
     name = str(text).removesuffix(".yaml").removesuffix(".yml").strip("/")
     if name.startswith("recipes/"):
-        name = name[len("recipes/"):]
+        name = name[len("recipes/") :]
     shipped = list_recipes()
     if name in shipped:
         return shipped[name]
@@ -80,5 +82,7 @@ def resolve_recipe(text: str | os.PathLike) -> Path:
         return shipped[matches[0]]
     if len(matches) > 1:
         raise XmcbenchError(f"recipe {str(text)!r} matches several shipped recipes: {', '.join(matches)}; give one")
-    raise XmcbenchError(f"no recipe file {str(text)!r} and no shipped recipe of that name"
-                        f"{did_you_mean(name, list(shipped))}; `xmcbench recipes list` shows them")
+    raise XmcbenchError(
+        f"no recipe file {str(text)!r} and no shipped recipe of that name"
+        f"{did_you_mean(name, list(shipped))}; `xmcbench recipes list` shows them"
+    )

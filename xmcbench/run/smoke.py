@@ -44,8 +44,14 @@ def smoke_recipes(directory: Path | None = None, only: list[str] | None = None) 
     return recipes
 
 
-def run_smoke(directory: Path | None = None, *, db: Path | None = None, runs_dir: Path | None = None,
-              only: list[str] | None = None, progress: bool = True) -> list[SmokeOutcome]:
+def run_smoke(
+    directory: Path | None = None,
+    *,
+    db: Path | None = None,
+    runs_dir: Path | None = None,
+    only: list[str] | None = None,
+    progress: bool = True,
+) -> list[SmokeOutcome]:
     outcomes = []
     for path in smoke_recipes(directory, only):
         outcome = SmokeOutcome(path)
@@ -56,8 +62,14 @@ def run_smoke(directory: Path | None = None, *, db: Path | None = None, runs_dir
             outcomes.append(outcome)
             continue
         try:
-            outcome.result = run_recipe(recipe, recipe_path=str(path), db=db, runs_dir=runs_dir, progress=progress,
-                                        command=f"xmcbench smoke ({path.name})")
+            outcome.result = run_recipe(
+                recipe,
+                recipe_path=str(path),
+                db=db,
+                runs_dir=runs_dir,
+                progress=progress,
+                command=f"xmcbench smoke ({path.name})",
+            )
         except Exception as exc:  # one broken recipe must not hide the others' results
             outcome.failures.append(f"run failed: {type(exc).__name__}: {exc}")
         else:

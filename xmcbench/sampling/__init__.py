@@ -9,7 +9,13 @@
 - ``step_rng`` (seeding.py): generators that make resumed runs draw the same samples.
 """
 
-from xmcbench.sampling.batching import ClusterBatchSampler, ClusterSchedule, ClusterStep, NGAME_GROW_AT, RandomBatchSampler
+from xmcbench.sampling.batching import (
+    NGAME_GROW_AT,
+    ClusterBatchSampler,
+    ClusterSchedule,
+    ClusterStep,
+    RandomBatchSampler,
+)
 from xmcbench.sampling.clustering import balanced_kmeans, n_clusters_for_size
 from xmcbench.sampling.pool import LabelPool, PoolAccounting, build_label_pool, cap_pool_negatives
 from xmcbench.sampling.positives import sample_positives

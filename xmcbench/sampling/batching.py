@@ -35,8 +35,8 @@ Typical loop::
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -154,8 +154,14 @@ class ClusterBatchSampler(RandomBatchSampler):
     set the random order is cut into that many near-equal batches.
     """
 
-    def __init__(self, n_queries: int, batch_size: int, seed: int = 0, drop_last: bool = False,
-                 one_batch_per_cluster: bool = False):
+    def __init__(
+        self,
+        n_queries: int,
+        batch_size: int,
+        seed: int = 0,
+        drop_last: bool = False,
+        one_batch_per_cluster: bool = False,
+    ):
         super().__init__(n_queries, batch_size, seed, drop_last)
         self._flat: np.ndarray | None = None  # (N,) the clusters one after the other
         self._sizes: np.ndarray | None = None  # (C,) their sizes
@@ -217,9 +223,16 @@ class ClusterBatchSampler(RandomBatchSampler):
                 f"one batch per cluster needs {self.n_batches} clusters (N/batch_size rounded up to a power of two); "
                 f"got {sizes.size}: cluster with cluster_size=batch_size"
             )
-        flat = np.concatenate([np.asarray(c, dtype=np.int64).ravel() for c in clusters]) if len(clusters) else np.empty(0, np.int64)
+        flat = (
+            np.concatenate([np.asarray(c, dtype=np.int64).ravel() for c in clusters])
+            if len(clusters)
+            else np.empty(0, np.int64)
+        )
         if flat.size != self.n_queries or (
-            flat.size and (flat.min() < 0 or flat.max() >= self.n_queries or np.bincount(flat, minlength=self.n_queries).max() != 1)
+            flat.size
+            and (
+                flat.min() < 0 or flat.max() >= self.n_queries or np.bincount(flat, minlength=self.n_queries).max() != 1
+            )
         ):
             raise XmcbenchError(
                 f"clusters must hold every query index 0..{self.n_queries - 1} exactly once; got {flat.size} indices "
@@ -249,8 +262,10 @@ class ClusterBatchSampler(RandomBatchSampler):
 
     def load_state_dict(self, state: dict) -> None:
         if bool(state.get("one_batch_per_cluster", False)) != self.one_batch_per_cluster:
-            raise XmcbenchError("cannot resume: the checkpoint and this run disagree on one batch per cluster; "
-                                "resume with the recipe the checkpoint was made with")
+            raise XmcbenchError(
+                "cannot resume: the checkpoint and this run disagree on one batch per cluster; "
+                "resume with the recipe the checkpoint was made with"
+            )
         super().load_state_dict(state)
         flat, sizes = state.get("clusters_flat"), state.get("cluster_sizes")
         self._flat = None if flat is None else np.array(torch.as_tensor(flat).numpy(), dtype=np.int64)

@@ -60,9 +60,7 @@ def _normalised_copy(emb: np.ndarray | torch.Tensor, device: torch.device, chunk
     return out
 
 
-def _split_block(
-    x: torch.Tensor, gen: torch.Generator, tol: float, max_iter: int
-) -> tuple[torch.Tensor, int]:
+def _split_block(x: torch.Tensor, gen: torch.Generator, tol: float, max_iter: int) -> tuple[torch.Tensor, int]:
     """2-means of each group of a ``(G, m, d)`` block -> per-group positions, child-1 half first.
 
     Returns ``order`` (G, m): positions within each group sorted by score, the first

@@ -34,8 +34,9 @@ class MultiScaleSchedule:
         if self.k0 < 1 or self.t_k < 1 or self.t_update < 1 or self.total_steps < 1:
             raise ValueError("k0, t_k, t_update and total_steps must all be >= 1")
         if self.k0 > self.n_instances:
-            raise ValueError(f"K0 = {self.k0} clusters is more than the {self.n_instances} instances to cluster; "
-                             f"lower method.k0")
+            raise ValueError(
+                f"K0 = {self.k0} clusters is more than the {self.n_instances} instances to cluster; lower method.k0"
+            )
 
     @property
     def clustering_steps(self) -> int:
@@ -45,7 +46,7 @@ class MultiScaleSchedule:
     def n_clusters(self, step: int) -> int:
         """K after ``step`` completed steps (Algorithm 1 line 7), capped at the number of instances."""
         doublings = min(step, max(self.clustering_steps - 1, 0)) // self.t_k
-        return int(min(self.k0 * (2 ** doublings), self.n_instances))
+        return int(min(self.k0 * (2**doublings), self.n_instances))
 
     def refresh_due(self, step: int) -> bool:
         """Whether the assignment is recomputed after ``step`` completed steps (line 10)."""
@@ -67,8 +68,14 @@ def kmeans_assign(embeddings: np.ndarray, k: int, seed: int, niter: int = 20) ->
         return np.arange(n, dtype=np.int64)
     if k <= 1:
         return np.zeros(n, dtype=np.int64)
-    km = faiss.Kmeans(x.shape[1], int(k), niter=niter, seed=int(seed) % (2**31 - 1), verbose=False,
-                      max_points_per_centroid=max(256, -(-n // k)))  # never subsample: every point is assigned
+    km = faiss.Kmeans(
+        x.shape[1],
+        int(k),
+        niter=niter,
+        seed=int(seed) % (2**31 - 1),
+        verbose=False,
+        max_points_per_centroid=max(256, -(-n // k)),
+    )  # never subsample: every point is assigned
     km.train(x)
     _, assign = km.index.search(x, 1)
     return assign.ravel().astype(np.int64)

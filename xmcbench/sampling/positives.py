@@ -88,8 +88,16 @@ def sample_positives(
     return out
 
 
-def _draw_with_replacement(seg: np.ndarray, cand: np.ndarray, seg_start: np.ndarray, b: int, beta: int,
-                           rng: np.random.Generator, weights: np.ndarray | None, n_labels: int) -> np.ndarray:
+def _draw_with_replacement(
+    seg: np.ndarray,
+    cand: np.ndarray,
+    seg_start: np.ndarray,
+    b: int,
+    beta: int,
+    rng: np.random.Generator,
+    weights: np.ndarray | None,
+    n_labels: int,
+) -> np.ndarray:
     """(b, β) i.i.d. draws per row ∝ weights by inverse CDF over the rows' concatenated entries."""
     out = np.full((b, beta), -1, dtype=np.int64)
     if cand.size == 0:

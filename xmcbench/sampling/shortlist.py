@@ -25,8 +25,8 @@ from scipy import sparse
 from xmcbench import paths
 from xmcbench.errors import XmcbenchError
 from xmcbench.progress import task
-from xmcbench.search import exact_topk
 from xmcbench.sampling._csr import check_csr, isin_sorted, pair_keys, row_entries
+from xmcbench.search import exact_topk
 
 __all__ = ["ShortlistSchedule", "build_shortlist", "sample_hard_negatives"]
 
@@ -101,9 +101,13 @@ def build_shortlist(
         check_csr(exclude, "the exclusion matrix of build_shortlist")
         if exclude.shape != (n, n_labels):
             raise XmcbenchError(f"exclusion matrix has shape {exclude.shape}; expected {(n, n_labels)}")
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = (
+        torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    )
     # Moved once: exact_topk would otherwise copy all label embeddings to the device per chunk.
-    labels = label_emb if isinstance(label_emb, torch.Tensor) else torch.from_numpy(np.array(label_emb, dtype=np.float32))
+    labels = (
+        label_emb if isinstance(label_emb, torch.Tensor) else torch.from_numpy(np.array(label_emb, dtype=np.float32))
+    )
     labels = labels.to(device=device, dtype=torch.float32)
     out, tmp_path, final_path = _open_output(n, k, path)
     try:
@@ -227,7 +231,9 @@ def sample_hard_negatives(
     return out
 
 
-def _fill_random(out: np.ndarray, pos_keys: np.ndarray, n_labels: int, rng: np.random.Generator, rounds: int = 16) -> None:
+def _fill_random(
+    out: np.ndarray, pos_keys: np.ndarray, n_labels: int, rng: np.random.Generator, rounds: int = 16
+) -> None:
     """Fill the -1 slots of ``out`` (b, m) in place with random non-positive labels new to the row."""
     b, _ = out.shape
     for _ in range(rounds):

@@ -220,7 +220,8 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude)
                     rows, labels = excluded
                     inside = (labels >= lo) & (labels < hi)
                     scores[
-                        torch.as_tensor(rows[inside], device=device), torch.as_tensor(labels[inside] - lo, device=device)
+                        torch.as_tensor(rows[inside], device=device),
+                        torch.as_tensor(labels[inside] - lo, device=device),
                     ] = float("-inf")
                 values, columns = _block_topk(scores, min(k, hi - lo))
                 columns = columns + lo

@@ -18,9 +18,10 @@ silently.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 import duckdb
 
@@ -70,7 +71,9 @@ def write_lock(
     with ExitStack() as stack:
         try:
             stack.enter_context(
-                file_lock(path, timeout=timeout_s, on_wait=(lambda _: notify(busy_message(db_path))) if notify else None)
+                file_lock(
+                    path, timeout=timeout_s, on_wait=(lambda _: notify(busy_message(db_path))) if notify else None
+                )
             )
         except XmcbenchError:  # file_lock's own timeout: say which database and what to do
             raise DatabaseLockTimeout(

@@ -128,10 +128,14 @@ def read_record(path: Path) -> dict:
     try:
         record = json.loads(data)
     except UnicodeDecodeError:
-        raise DataFormatError(path, None, "not UTF-8 text; the run record is damaged (re-run or delete the run)") from None
+        raise DataFormatError(
+            path, None, "not UTF-8 text; the run record is damaged (re-run or delete the run)"
+        ) from None
     except json.JSONDecodeError as exc:
         raise DataFormatError(
-            path, exc.lineno, f"invalid JSON ({exc.msg}, column {exc.colno}); the run record is damaged (re-run or delete the run)"
+            path,
+            exc.lineno,
+            f"invalid JSON ({exc.msg}, column {exc.colno}); the run record is damaged (re-run or delete the run)",
         ) from None
     if not isinstance(record, dict):
         raise DataFormatError(path, None, f"a run record must be a JSON object, got {type(record).__name__}")
@@ -193,7 +197,7 @@ class _Fields:
             raise self.fail(key, f"must be a finite number, got {value!r}")
         return value
 
-    def sub(self, key: str, required: bool = False) -> "_Fields":
+    def sub(self, key: str, required: bool = False) -> _Fields:
         value = self.get(key, dict, required)
         return _Fields(self.where, value or {}, f"{self.prefix}{key}.")
 
@@ -211,7 +215,14 @@ class _Fields:
 
 
 def _kind_names(kinds: tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object", list: "a list"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        dict: "an object",
+        list: "a list",
+    }
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
@@ -222,7 +233,8 @@ def record_rows(record: dict, run_dir: Path | str | None, where: Path | str | No
     version = top.get("schema_version", int, required=True)
     if version > RECORD_SCHEMA_VERSION:
         raise top.fail(
-            "schema_version", f"is {version}, newer than this xmcbench understands ({RECORD_SCHEMA_VERSION}); upgrade xmcbench"
+            "schema_version",
+            f"is {version}, newer than this xmcbench understands ({RECORD_SCHEMA_VERSION}); upgrade xmcbench",
         )
     run_id = top.get("run_id", str, required=True)
     if not run_id.strip() or "/" in run_id or "\\" in run_id:

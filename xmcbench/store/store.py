@@ -24,11 +24,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import duckdb
 
@@ -47,8 +48,15 @@ COMPARABILITY_KEY = ("split", "dataset_version", "propensity_a", "propensity_b",
 
 # Words of the operating system's errors (as DuckDB passes them on) that mean "cannot write
 # here", not "the file is damaged": the fix is space or permissions, and the file is fine.
-_CANNOT_WRITE = ("no space left", "file too large", "disk quota", "permission denied", "read-only file system",
-                 "not a directory", "operation not permitted")
+_CANNOT_WRITE = (
+    "no space left",
+    "file too large",
+    "disk quota",
+    "permission denied",
+    "read-only file system",
+    "not a directory",
+    "operation not permitted",
+)
 # DuckDB's exception types that report a damaged file (a short read, a checksum mismatch);
 # others (catalog, binder, constraint errors) are bugs and keep their traceback.
 _DAMAGE_TYPES = (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException)
@@ -127,7 +135,7 @@ class Store:
         missing_ok: bool = False,
         repair: bool = False,
         notify: Callable[[str], None] | None = None,
-    ) -> Iterator["Store"]:
+    ) -> Iterator[Store]:
         """Open the database; ``path`` defaults to the home one.
 
         Writers (default): create it or apply missing migrations; with ``repair``, a damaged file
@@ -162,7 +170,9 @@ class Store:
         )
 
     def _write_failed(self, reason: str, run_dir: Path | str | None = None) -> DatabaseWriteError:
-        if run_dir is not None and not (Path(run_dir) / RECORD_FILE).exists() and Path(run_dir).is_dir():  # a folder of runs
+        if (
+            run_dir is not None and not (Path(run_dir) / RECORD_FILE).exists() and Path(run_dir).is_dir()
+        ):  # a folder of runs
             keeps = f"the run directories in {run_dir} still have their records, and `xmcbench ingest {run_dir}` will index them"
         elif run_dir is not None:
             keeps = f"the run directory {run_dir} still has the record, and `xmcbench ingest {run_dir}` will index it"
@@ -175,17 +185,25 @@ class Store:
 
     def _error(self, exc: BaseException, writing: bool, run_dir: Path | str | None = None) -> BaseException:
         """The user-facing error for a failure of DuckDB or the OS on this file; ``exc`` itself for bugs."""
-        reason = _one_line(exc).replace(f'file "{self.path}"', "file").replace(f'"{self.path}"', "it")  # named once, by us
+        reason = (
+            _one_line(exc).replace(f'file "{self.path}"', "file").replace(f'"{self.path}"', "it")
+        )  # named once, by us
         lowered = reason.lower()
         if isinstance(exc, duckdb.Error) and "database does not exist" in lowered:
             return self._no_database()
         if "is a directory" in lowered:
             return self._is_directory()
-        if isinstance(exc, OSError) or any(word in lowered for word in _CANNOT_WRITE) or (writing and "failed to commit" in lowered):
+        if (
+            isinstance(exc, OSError)
+            or any(word in lowered for word in _CANNOT_WRITE)
+            or (writing and "failed to commit" in lowered)
+        ):
             if writing:
                 return self._write_failed(reason, run_dir)
             return XmcbenchError(f"cannot read the results database {self.path} ({reason}); check its permissions")
-        if type(exc) is duckdb.Error or isinstance(exc, _DAMAGE_TYPES):  # "Corrupt database file" is a plain duckdb.Error
+        if type(exc) is duckdb.Error or isinstance(
+            exc, _DAMAGE_TYPES
+        ):  # "Corrupt database file" is a plain duckdb.Error
             return self._damaged(reason)
         return exc
 
@@ -215,7 +233,9 @@ class Store:
                 raise  # another process has it open: the caller retries
             error = self._error(exc, writing=not read_only, run_dir=run_dir)
             if error is exc:  # whatever else keeps DuckDB from opening the file is still about the file
-                error = XmcbenchError(f"cannot open the results database {self.path} ({_one_line(exc)}); give --db a DuckDB file")
+                error = XmcbenchError(
+                    f"cannot open the results database {self.path} ({_one_line(exc)}); give --db a DuckDB file"
+                )
             raise error from None
 
     def _not_duckdb(self) -> DamagedDatabaseError:
@@ -231,8 +251,11 @@ class Store:
     def _open_for_writing(self, run_dir: Path | str | None = None) -> duckdb.DuckDBPyConnection:
         """A read-write connection (the caller holds the write lock)."""
         return retry_on_conflict(
-            lambda: self._connect(read_only=False, run_dir=run_dir), "open the database for writing", self.path,
-            self.timeout_s, self._say_busy,
+            lambda: self._connect(read_only=False, run_dir=run_dir),
+            "open the database for writing",
+            self.path,
+            self.timeout_s,
+            self._say_busy,
         )
 
     @contextmanager
@@ -322,7 +345,9 @@ class Store:
         def attempt() -> tuple[int, frozenset[str]]:
             con = self._connect(read_only=True)
             try:
-                tables = frozenset(r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall())
+                tables = frozenset(
+                    r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+                )
                 return current_version(con), tables
             except duckdb.Error as exc:
                 error = self._error(exc, writing=False)
@@ -332,7 +357,9 @@ class Store:
             finally:
                 con.close()
 
-        self.version, self._tables = retry_on_conflict(attempt, "read the schema version", self.path, self.timeout_s, self._say_busy)
+        self.version, self._tables = retry_on_conflict(
+            attempt, "read the schema version", self.path, self.timeout_s, self._say_busy
+        )
         check_not_newer(self.version, str(self.path))
 
     def schema_note(self) -> str | None:
@@ -410,7 +437,9 @@ class Store:
         except OSError as exc:
             raise self._write_failed(f"moving the damaged file aside failed: {_one_line(exc)}") from None
         self.moved_aside, self.damage = aside, reason
-        self.notify(f"the results database {self.path} was damaged ({reason}); moved it to {aside} and starting a fresh one")
+        self.notify(
+            f"the results database {self.path} was damaged ({reason}); moved it to {aside} and starting a fresh one"
+        )
 
     def _repaired(self) -> bool:
         """After a damage report during a repairing write: set the file aside once, make a fresh one."""
@@ -475,7 +504,9 @@ class Store:
         """
         path = Path(path).expanduser()
         if not path.is_dir():
-            raise XmcbenchError(f"{path}: no such directory; give a run directory or a folder of them (e.g. {paths.runs_dir()})")
+            raise XmcbenchError(
+                f"{path}: no such directory; give a run directory or a folder of them (e.g. {paths.runs_dir()})"
+            )
         report = IngestReport()
         if (path / RECORD_FILE).exists():
             run_dirs = [path]
@@ -493,7 +524,9 @@ class Store:
                 record = read_record(run_dir)
                 rows = _rows(record, run_dir)
             except DataFormatError as exc:
-                report.bad.append((str(run_dir), exc.problem if exc.line is None else f"line {exc.line}: {exc.problem}"))
+                report.bad.append(
+                    (str(run_dir), exc.problem if exc.line is None else f"line {exc.line}: {exc.problem}")
+                )
                 continue
             if rows.runs["status"] != record.get("status"):
                 report.interrupted.append(rows.run_id)
@@ -505,12 +538,20 @@ class Store:
                     r["run_id"]: (r["record_sha256"], r["run_dir"], r["status"])
                     for r in self._query("SELECT run_id, record_sha256, run_dir, status FROM runs", needs=("runs",))
                 }
-                outcome = IngestReport(bad=list(report.bad), skipped=list(report.skipped), interrupted=report.interrupted)
+                outcome = IngestReport(
+                    bad=list(report.bad), skipped=list(report.skipped), interrupted=report.interrupted
+                )
                 todo: dict[str, RunRows] = {}
                 for run_dir, rows in parsed:
                     if rows.run_id in todo:
-                        outcome.bad.append((str(run_dir), f"run_id {rows.run_id} also recorded in {todo[rows.run_id].runs['run_dir']}"))
-                    elif known.get(rows.run_id) == (rows.runs["record_sha256"], rows.runs["run_dir"], rows.runs["status"]):
+                        outcome.bad.append(
+                            (str(run_dir), f"run_id {rows.run_id} also recorded in {todo[rows.run_id].runs['run_dir']}")
+                        )
+                    elif known.get(rows.run_id) == (
+                        rows.runs["record_sha256"],
+                        rows.runs["run_dir"],
+                        rows.runs["status"],
+                    ):
                         outcome.skipped.append((str(run_dir), "already indexed, unchanged"))
                     else:
                         todo[rows.run_id] = rows
@@ -577,15 +618,29 @@ class Store:
         """
         if not self._references_current():
             try:
-                rows = [{k: v for k, v in row.items() if k != "loaded_at"} for row in _reference_values(None, loaded_at=None)]
+                rows = [
+                    {k: v for k, v in row.items() if k != "loaded_at"}
+                    for row in _reference_values(None, loaded_at=None)
+                ]
             except XmcbenchError as exc:  # a broken leaderboard file must not hide the runs
                 self.reference_problem = str(exc)
                 rows = None  # an older copy in the database, if any, is better than none (below)
             if rows is not None:
                 if dataset is not None:
                     rows = [r for r in rows if r["dataset"].lower() == dataset.lower()]
-                return sorted(rows, key=lambda r: (r["paper"], r["paper_table"], r["method"], r["variant"] is not None,
-                                                   r["variant"] or "", r["printed_name"], r["setting"], r["metric"]))
+                return sorted(
+                    rows,
+                    key=lambda r: (
+                        r["paper"],
+                        r["paper_table"],
+                        r["method"],
+                        r["variant"] is not None,
+                        r["variant"] or "",
+                        r["printed_name"],
+                        r["setting"],
+                        r["metric"],
+                    ),
+                )
         where, params = _filters(dataset=dataset)
         return self._query(
             f"SELECT * EXCLUDE (loaded_at) FROM reference_results {where} "
@@ -596,7 +651,9 @@ class Store:
 
     # -- queries -----------------------------------------------------------------------------
 
-    def runs(self, dataset: str | None = None, method: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+    def runs(
+        self, dataset: str | None = None, method: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
         """Indexed runs (newest first), without the stored record text.
 
         ``status`` is the effective one: a run recorded as running whose process is gone on this
@@ -627,9 +684,13 @@ class Store:
             raise self._no_database()
         rows = self._query("SELECT * FROM runs WHERE run_id = ?", [run_id], needs=("runs",))
         if not rows:
-            rows = self._query("SELECT * FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id", [run_id], needs=("runs",))
+            rows = self._query(
+                "SELECT * FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id", [run_id], needs=("runs",)
+            )
         if not rows:
-            raise XmcbenchError(f"no run {run_id!r} in {self.path}; see `xmcbench runs list`, or index run directories with `xmcbench ingest DIR`")
+            raise XmcbenchError(
+                f"no run {run_id!r} in {self.path}; see `xmcbench runs list`, or index run directories with `xmcbench ingest DIR`"
+            )
         if len(rows) > 1:
             shown = ", ".join(r["run_id"] for r in rows[:5]) + (" ..." if len(rows) > 5 else "")
             raise XmcbenchError(f"{run_id!r} matches {len(rows)} runs ({shown}); give more of the run id")
@@ -640,7 +701,11 @@ class Store:
         return run
 
     def scores(
-        self, run_id: str | None = None, dataset: str | None = None, method: str | None = None, names: Sequence[str] | None = None
+        self,
+        run_id: str | None = None,
+        dataset: str | None = None,
+        method: str | None = None,
+        names: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
         """Score rows (run_id, name, metric, k, value, ci_lo, ci_hi, higher_is_better) joined with the run's dataset and method."""
         where, params = _filters(prefix="r.", dataset=dataset, method=method, run_id=run_id)
@@ -706,7 +771,13 @@ def _one_line(exc: BaseException) -> str:
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, OSError) and exc.strerror:
         text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
-    for prefix in ("IO Error: ", "TransactionContext Error: ", "Serialization Error: ", "INTERNAL Error: ", "FATAL Error: "):
+    for prefix in (
+        "IO Error: ",
+        "TransactionContext Error: ",
+        "Serialization Error: ",
+        "INTERNAL Error: ",
+        "FATAL Error: ",
+    ):
         text = text.removeprefix(prefix)
     return text if len(text) <= 300 else text[:297] + "..."
 
@@ -741,12 +812,24 @@ def _reference_values(rows: Iterable[Any] | None, loaded_at: datetime | None) ->
         rows = load_reference_results()
     return [
         {
-            "paper": ref.paper, "paper_table": ref.table, "dataset": ref.dataset, "dataset_variant": ref.dataset_variant,
-            "method": ref.method, "variant": ref.variant, "printed_name": ref.printed_name, "setting": ref.setting,
-            "metric": metric, "value": float(value), "batch_size": ref.batch_size,
-            "label_pool": None if ref.label_pool is None else str(ref.label_pool), "gpus": ref.gpus,
-            "gpu_type": ref.gpu_type, "train_time_hours": ref.train_time_hours, "test_queries": ref.test_queries,
-            "notes": ref.notes, "loaded_at": loaded_at,
+            "paper": ref.paper,
+            "paper_table": ref.table,
+            "dataset": ref.dataset,
+            "dataset_variant": ref.dataset_variant,
+            "method": ref.method,
+            "variant": ref.variant,
+            "printed_name": ref.printed_name,
+            "setting": ref.setting,
+            "metric": metric,
+            "value": float(value),
+            "batch_size": ref.batch_size,
+            "label_pool": None if ref.label_pool is None else str(ref.label_pool),
+            "gpus": ref.gpus,
+            "gpu_type": ref.gpu_type,
+            "train_time_hours": ref.train_time_hours,
+            "test_queries": ref.test_queries,
+            "notes": ref.notes,
+            "loaded_at": loaded_at,
         }
         for ref in rows
         for metric, value in ref.metrics.items()
@@ -776,9 +859,15 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
     if not rows:
         return
     columns = list(rows[0])
-    types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]).fetchall())
+    types = dict(
+        con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]
+        ).fetchall()
+    )
     unnests = ", ".join(f"unnest(?::{types[c]}[])" for c in columns)
-    con.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {unnests}", [[row[c] for row in rows] for c in columns])
+    con.execute(
+        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {unnests}", [[row[c] for row in rows] for c in columns]
+    )
 
 
 def _upsert(con: duckdb.DuckDBPyConnection, rows: RunRows) -> None:

@@ -94,7 +94,13 @@ def save_checkpoint(
             "extra": _encode(extra or {}, "extra"),
         }
         torch.save(state, tmp / STATE_FILE)
-        meta = {"format": FORMAT_VERSION, "epoch": epoch, "step": step, "world_size": len(per_rank), "time": time.time()}
+        meta = {
+            "format": FORMAT_VERSION,
+            "epoch": epoch,
+            "step": step,
+            "world_size": len(per_rank),
+            "time": time.time(),
+        }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         for path in tmp.iterdir():
             fsync_path(path)

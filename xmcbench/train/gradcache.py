@@ -25,8 +25,10 @@ yourself, run it under ``model.no_sync()`` too), and keep ``wrap_ddp``'s default
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -105,7 +107,7 @@ def backward_chunks(
     inputs_chunks: Sequence[Any],
     cached: CachedEmbeddings,
     grad: torch.Tensor | None = None,
-    no_sync: Callable[[], ContextManager] | None = None,
+    no_sync: Callable[[], AbstractContextManager] | None = None,
     sync_last: bool = True,
 ) -> None:
     """Second pass: replay each chunk with a graph and backpropagate its slice of ``grad``.
@@ -141,7 +143,7 @@ def gradcache_step(
     label_chunks: Sequence[Any],
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     label_encoder_fn: EncoderFn | None = None,
-    no_sync: Callable[[], ContextManager] | None = None,
+    no_sync: Callable[[], AbstractContextManager] | None = None,
 ) -> torch.Tensor:
     """One training step's forward and backward with both sides cached.
 

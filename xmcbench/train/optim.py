@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
@@ -23,6 +23,7 @@ from torch import nn
 from xmcbench.errors import XmcbenchError
 
 SCHEDULES = ("linear", "constant", "cosine")
+
 
 def _is_norm_module(component: str) -> bool:
     """BERT's LayerNorm, DistilBERT's sa_layer_norm, RMSNorm, GPT-style ln_1 / ln_f."""

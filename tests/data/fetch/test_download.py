@@ -72,8 +72,15 @@ def _targz(files: dict[str, bytes], prefix: str = "Tiny-1K/") -> bytes:
 
 def _spec(*sources: Source, name: str = "Tiny-1K", files=LF_FILES) -> DatasetSpec:
     return DatasetSpec(
-        name=name, raw_group=name, format="lf-json", query_text="title", files=list(files), sources=list(sources),
-        paper_counts={"train": 10, "test": 5, "labels": 20}, propensity_a=0.55, propensity_b=1.5,
+        name=name,
+        raw_group=name,
+        format="lf-json",
+        query_text="title",
+        files=list(files),
+        sources=list(sources),
+        paper_counts={"train": 10, "test": 5, "labels": 20},
+        propensity_a=0.55,
+        propensity_b=1.5,
     )
 
 
@@ -94,17 +101,27 @@ def test_parse_source_kinds(tmp_path):
     assert (src.kind, src.filename, src.archive) == ("url", "LF-Amazon-131K.raw.zip", True)
     src = parse_source("http://example.org/trn.json.gz")
     assert (src.kind, src.filename, src.archive) == ("url", "trn.json.gz", False)
-    assert parse_source("gdrive:1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E") == Source(kind="gdrive", ref="1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E")
-    for link in ("https://drive.google.com/file/d/1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E/view?usp=sharing",
-                 "https://drive.google.com/uc?id=1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E&export=download"):
+    assert parse_source("gdrive:1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E") == Source(
+        kind="gdrive", ref="1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E"
+    )
+    for link in (
+        "https://drive.google.com/file/d/1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E/view?usp=sharing",
+        "https://drive.google.com/uc?id=1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E&export=download",
+    ):
         assert parse_source(link) == Source(kind="gdrive", ref="1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E")
     assert parse_source("hf://org/repo") == Source(kind="hf", ref="org/repo")
-    assert parse_source("hf://org/repo/LF-Amazon-131K/raw/") == Source(kind="hf", ref="org/repo", subdir="LF-Amazon-131K/raw")
+    assert parse_source("hf://org/repo/LF-Amazon-131K/raw/") == Source(
+        kind="hf", ref="org/repo", subdir="LF-Amazon-131K/raw"
+    )
     assert parse_source(str(tmp_path)) == Source(kind="local", ref=str(tmp_path.resolve()))
     (tmp_path / "x.tar.gz").write_bytes(_targz({"a": b"a"}))
     src = parse_source(f"file://{tmp_path / 'x.tar.gz'}")
     assert (src.kind, src.ref, src.archive) == ("local", str((tmp_path / "x.tar.gz").resolve()), True)
-    for bad, why in [("hf://org", "hf://ORG/REPO"), ("gdrive:x", "Google Drive id"), (str(tmp_path / "nope"), "nor an existing")]:
+    for bad, why in [
+        ("hf://org", "hf://ORG/REPO"),
+        ("gdrive:x", "Google Drive id"),
+        (str(tmp_path / "nope"), "nor an existing"),
+    ]:
         with pytest.raises(DownloadError, match=why):
             parse_source(bad)
 
@@ -129,7 +146,9 @@ def test_fetch_url_plain(server, tmp_path):
 def test_dropped_connection_keeps_part_and_resumes(server, tmp_path):
     data = _bytes(200_000, 2)
     url = server.serve("f.bin", data, fault="drop", drops=1)
-    with pytest.raises(DownloadError, match="dropped after 100,000 of 200,000 bytes.*run the same command again to resume"):
+    with pytest.raises(
+        DownloadError, match="dropped after 100,000 of 200,000 bytes.*run the same command again to resume"
+    ):
         fetch_url(url, tmp_path / "f.bin", progress=False, resumes=0)
     assert _listing(tmp_path) == ["f.bin.part"]  # never a final-named partial file
     assert (tmp_path / "f.bin.part").read_bytes() == data[:100_000]
@@ -182,7 +201,9 @@ def test_connection_refused(tmp_path):
 
 def test_html_page_instead_of_file(server, tmp_path):
     url = server.serve("LF.raw.zip", b"", fault="html")
-    with pytest.raises(DownloadError, match="returned a web page instead of the file \\(its download quota is exceeded"):
+    with pytest.raises(
+        DownloadError, match="returned a web page instead of the file \\(its download quota is exceeded"
+    ):
         fetch_url(url, tmp_path / "LF.raw.zip", progress=False)
     assert _listing(tmp_path) == []
 
@@ -278,7 +299,9 @@ def test_verify_reports_tampered_and_missing_files(server, home):
 
 
 def test_changed_upstream_content_is_refused(server, home):
-    spec = _spec(Source(kind="url", ref=server.serve("t.tar.gz", _targz(_raw_files(0))), filename="t.tar.gz", archive=True))
+    spec = _spec(
+        Source(kind="url", ref=server.serve("t.tar.gz", _targz(_raw_files(0))), filename="t.tar.gz", archive=True)
+    )
     raw = download_dataset(spec, progress=False)
     before = (raw / "manifest.json").read_bytes()
     server.serve("t.tar.gz", _targz(_raw_files(1)))  # the source now serves different files
@@ -376,8 +399,9 @@ def test_url_with_token_never_reaches_manifest_or_errors(server, home):
     assert "Secret" not in (raw / "manifest.json").read_text()
     server.serve("gone.tar.gz", b"", fault="404")
     with pytest.raises(DownloadError) as err:
-        download_dataset(_spec(name="Other-1K"), source=server.url("gone.tar.gz") + "?token=hf_SecretSecretSecret1",
-                         progress=False)
+        download_dataset(
+            _spec(name="Other-1K"), source=server.url("gone.tar.gz") + "?token=hf_SecretSecretSecret1", progress=False
+        )
     assert "HTTP 404" in str(err.value) and "Secret" not in str(err.value)
 
 
@@ -452,8 +476,9 @@ def _fake_gdown(monkeypatch, payload: bytes | None = None, error: Exception | No
     return calls
 
 
-@pytest.mark.parametrize("page, reason", [(QUOTA_PAGE, "download quota is exceeded"),
-                                          (PERMISSION_PAGE, "not shared publicly")])
+@pytest.mark.parametrize(
+    "page, reason", [(QUOTA_PAGE, "download quota is exceeded"), (PERMISSION_PAGE, "not shared publicly")]
+)
 def test_gdrive_html_page_is_a_clear_error(home, monkeypatch, page, reason):
     _fake_gdown(monkeypatch, payload=page)
     spec = _spec(Source(kind="gdrive", ref="1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E", filename="Tiny.raw.zip", archive=True))
@@ -468,8 +493,10 @@ def test_gdrive_html_page_is_a_clear_error(home, monkeypatch, page, reason):
 def test_gdrive_retrieval_error_is_a_clear_error(home, monkeypatch):
     import gdown
 
-    _fake_gdown(monkeypatch, error=gdown.exceptions.FileURLRetrievalError(
-        "Too many users have viewed or downloaded this file recently."))
+    _fake_gdown(
+        monkeypatch,
+        error=gdown.exceptions.FileURLRetrievalError("Too many users have viewed or downloaded this file recently."),
+    )
     with pytest.raises(DownloadError, match="refused the download of Tiny-1K: its download quota is exceeded"):
         download_dataset(_spec(), source="gdrive:1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E", progress=False)
 
@@ -477,8 +504,15 @@ def test_gdrive_retrieval_error_is_a_clear_error(home, monkeypatch):
 def test_gdrive_archive_download(home, monkeypatch):
     files = _raw_files()
     calls = _fake_gdown(monkeypatch, payload=_targz(files, prefix="Tiny-1K/Tiny-1K/"))
-    spec = _spec(Source(kind="gdrive", ref="1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E", filename="Tiny.raw.zip",
-                        archive=True, subdir="Tiny-1K"))
+    spec = _spec(
+        Source(
+            kind="gdrive",
+            ref="1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E",
+            filename="Tiny.raw.zip",
+            archive=True,
+            subdir="Tiny-1K",
+        )
+    )
     raw = download_dataset(spec, progress=False)
     assert calls == ["1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E"]
     assert {n: (raw / n).read_bytes() for n in files} == files
@@ -502,8 +536,15 @@ def _fake_hub(monkeypatch, repo: dict[str, bytes]):
     calls = []
 
     def snapshot_download(repo_id, *, repo_type, allow_patterns, local_dir, local_files_only, endpoint):
-        calls.append({"repo_id": repo_id, "repo_type": repo_type, "patterns": allow_patterns,
-                      "offline": local_files_only, "endpoint": endpoint})
+        calls.append(
+            {
+                "repo_id": repo_id,
+                "repo_type": repo_type,
+                "patterns": allow_patterns,
+                "offline": local_files_only,
+                "endpoint": endpoint,
+            }
+        )
         for name in filter_repo_objects(list(repo), allow_patterns=allow_patterns):
             (Path(local_dir) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(local_dir) / name).write_bytes(repo[name])

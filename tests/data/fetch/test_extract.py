@@ -46,8 +46,10 @@ def _leftovers(folder: Path) -> list[str]:
 def test_tar_gz_extracts_nested_files(tmp_path):
     d = tarfile.TarInfo("Data-1K")
     d.type = tarfile.DIRTYPE
-    archive = _tar(tmp_path / "a.tar.gz", [(d, None), (_file("Data-1K/trn.json.gz"), b"train"),
-                                           (_file("./Data-1K/sub/lbl.txt"), b"labels")])
+    archive = _tar(
+        tmp_path / "a.tar.gz",
+        [(d, None), (_file("Data-1K/trn.json.gz"), b"train"), (_file("./Data-1K/sub/lbl.txt"), b"labels")],
+    )
     seen = []
     files = extract_archive(archive, tmp_path / "out", on_progress=lambda done, total: seen.append((done, total)))
     assert sorted(map(str, files)) == ["Data-1K/sub/lbl.txt", "Data-1K/trn.json.gz"]
@@ -78,7 +80,10 @@ def test_zip_extracts(tmp_path):
 
 @pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE])
 def test_links_are_refused_even_inside(tmp_path, kind):
-    archive = _tar(tmp_path / "a.tar.gz", [(_file("data/real.txt"), b"content"), (_link("data/alias.txt", "data/real.txt", kind), None)])
+    archive = _tar(
+        tmp_path / "a.tar.gz",
+        [(_file("data/real.txt"), b"content"), (_link("data/alias.txt", "data/real.txt", kind), None)],
+    )
     with pytest.raises(UnsafeArchiveError, match="is a link"):
         extract_archive(archive, tmp_path / "out")
     assert _leftovers(tmp_path) == ["a.tar.gz"]
@@ -128,7 +133,7 @@ def test_hostile_zip_members_are_refused(tmp_path):
     with pytest.raises(UnsafeArchiveError, match="'..' component"):
         extract_archive(tmp_path / "bad.zip", tmp_path / "out")
     link = zipfile.ZipInfo("escape")
-    link.external_attr = (0o120777 << 16)  # a symlink entry; its data is the link target
+    link.external_attr = 0o120777 << 16  # a symlink entry; its data is the link target
     with zipfile.ZipFile(tmp_path / "link.zip", "w") as zf:
         zf.writestr(link, "../../outside")
     with pytest.raises(UnsafeArchiveError, match="symbolic link"):
@@ -188,7 +193,9 @@ def test_archive_bomb_is_refused_before_writing(tmp_path, monkeypatch):
     monkeypatch.setattr(extract_mod, "MAX_RATIO_BYTES", 100_000)  # a 1 GiB member would take too long here
     archive = _tar(tmp_path / "bomb.tar.gz", [(_file("zeros.bin"), b"\0" * 2_000_000)])
     assert archive.stat().st_size * extract_mod.MAX_RATIO < 2_000_000
-    with pytest.raises(UnsafeArchiveError, match=r"declare 2,000,000 bytes .* times the archive's .*archive bomb") as err:
+    with pytest.raises(
+        UnsafeArchiveError, match=r"declare 2,000,000 bytes .* times the archive's .*archive bomb"
+    ) as err:
         extract_archive(archive, tmp_path / "out")
     assert "\n" not in str(err.value)
     with zipfile.ZipFile(tmp_path / "bomb.zip", "w", zipfile.ZIP_DEFLATED) as zf:

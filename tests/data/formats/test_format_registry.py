@@ -20,8 +20,19 @@ def test_builtin_formats_are_registered():
 
 
 def test_unknown_format_is_a_clear_error():
-    with pytest.raises(XmcbenchError, match=r"unknown dataset format 'csv'.*known: lf-json, lf-wikipedia-raw, eurlex-raw"):
+    with pytest.raises(
+        XmcbenchError, match=r"unknown dataset format 'csv'.*known: lf-json, lf-wikipedia-raw, eurlex-raw"
+    ):
         get_format("csv")
     with pytest.raises(ValidationError, match=r"unknown format 'csv'; known: lf-json"):
-        DatasetSpec(name="x", raw_group="x", format="csv", query_text="title", files=list(LF_FILES),
-                    sources=[Source(kind="local", ref="")], paper_counts={}, propensity_a=0.55, propensity_b=1.5)
+        DatasetSpec(
+            name="x",
+            raw_group="x",
+            format="csv",
+            query_text="title",
+            files=list(LF_FILES),
+            sources=[Source(kind="local", ref="")],
+            paper_counts={},
+            propensity_a=0.55,
+            propensity_b=1.5,
+        )

@@ -63,10 +63,14 @@ def test_html_entities_decoded_exactly_once(tmp_path):
 
 def test_optional_fields_and_types(tmp_path):
     path = tmp_path / "trn.json"
-    _write_raw(path, [
-        json.dumps({"title": "no uid no content", "target_ind": [1]}),
-        json.dumps({"uid": 123, "title": "int uid", "content": None, "target_ind": []}),
-    ], compress=False)
+    _write_raw(
+        path,
+        [
+            json.dumps({"title": "no uid no content", "target_ind": [1]}),
+            json.dumps({"uid": 123, "title": "int uid", "content": None, "target_ind": []}),
+        ],
+        compress=False,
+    )
     records = list(iter_records(path))
     assert records[0] == {"uid": "", "title": "no uid no content", "content": "", "target_ind": [1]}
     assert records[1] == {"uid": "123", "title": "int uid", "content": "", "target_ind": []}

@@ -14,13 +14,21 @@ from xmcbench.errors import DataFormatError
 def _wiki_raw(raw):
     raw.mkdir(parents=True, exist_ok=True)
     (raw / "Yf.txt").write_text("0->Living_people\n1->American_films\nWorld_War_II &amp; after\n3->Arrows_->_signs\n")
-    write_lf_json(raw / "trn.raw.json.gz", [
-        {"uid": "12", "title": "Anarchism", "content": "Anarchism is a political philosophy", "target_ind": [0, 2]},
-        {"uid": "25", "title": "Autism", "content": "", "target_ind": [3]},
-    ], escape_html=False)
-    write_lf_json(raw / "tst.raw.json.gz", [
-        {"uid": "39", "title": "Albedo", "content": "Albedo is the measure", "target_ind": [1]},
-    ], escape_html=False)
+    write_lf_json(
+        raw / "trn.raw.json.gz",
+        [
+            {"uid": "12", "title": "Anarchism", "content": "Anarchism is a political philosophy", "target_ind": [0, 2]},
+            {"uid": "25", "title": "Autism", "content": "", "target_ind": [3]},
+        ],
+        escape_html=False,
+    )
+    write_lf_json(
+        raw / "tst.raw.json.gz",
+        [
+            {"uid": "39", "title": "Albedo", "content": "Albedo is the measure", "target_ind": [1]},
+        ],
+        escape_html=False,
+    )
     return raw
 
 

@@ -40,9 +40,7 @@ def test_read_hand_written_file(tmp_path):
     assert m.shape == (4, 6)
     assert m.dtype == np.float32
     assert m.has_sorted_indices
-    expected = np.array(
-        [[1, 0, 0, 1, 0, 0], [0] * 6, [0, 2, 0, 0, 0, 0.5], [0, 0, 1, 0, 0, 0]], dtype=np.float32
-    )
+    expected = np.array([[1, 0, 0, 1, 0, 0], [0] * 6, [0, 2, 0, 0, 0, 0.5], [0, 0, 1, 0, 0, 0]], dtype=np.float32)
     np.testing.assert_array_equal(m.toarray(), expected)
     assert list(m.indices[m.indptr[2] : m.indptr[3]]) == [1, 5]  # sorted within the row
 

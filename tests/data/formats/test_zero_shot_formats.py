@@ -23,14 +23,17 @@ def test_zestxml_raw_reads_texts_titles_and_label_matrices(tmp_path):
     spec = get_spec("LF-Amazon-1M")
     fmt = get_format(spec.format)
     files = {name: tmp_path / name for name in spec.files}
-    (names, _), = list(fmt.read_labels(spec, files, False))
+    ((names, _),) = list(fmt.read_labels(spec, files, False))
     assert names == ["shoes", "socks", "hats"]
     (chunk,) = list(fmt.read_split(spec, files, "train", 3, False))
     assert chunk.texts == ["red shoes comfortable running shoes", "no title here"]
     assert chunk.counts.tolist() == [2, 1] and chunk.indices.tolist() == [0, 1, 2]
     from xmcbench.data.formats.zestxml import read_titles_and_contents
 
-    assert read_titles_and_contents(tmp_path / "trn_X.txt") == (["red shoes", ""], ["comfortable running shoes", "no title here"])
+    assert read_titles_and_contents(tmp_path / "trn_X.txt") == (
+        ["red shoes", ""],
+        ["comfortable running shoes", "no title here"],
+    )
     (tmp_path / "tst_X_Y.txt").write_text("2 3\n1:1\n\n")
     with pytest.raises(DataFormatError, match="has 2 rows"):
         list(fmt.read_split(spec, files, "test", 3, False))
@@ -38,12 +41,12 @@ def test_zestxml_raw_reads_texts_titles_and_label_matrices(tmp_path):
 
 def test_aplc_csv_reads_comma_joined_label_names(tmp_path):
     (tmp_path / "labels.txt").write_text("books\nmusic_cds\ntoys\n")
-    (tmp_path / "train.csv").write_text('id,text,labels\n1,"a long, quoted\ntext",\"books,toys\"\n2,plain text,\n')
+    (tmp_path / "train.csv").write_text('id,text,labels\n1,"a long, quoted\ntext","books,toys"\n2,plain text,\n')
     (tmp_path / "dev.csv").write_text("id,text,labels\n7,music,music_cds\n8,what,unknown\n")
     spec = get_spec("Wiki10-31K")
     fmt = get_format(spec.format)
     files = {name: tmp_path / name for name in spec.files}
-    (names, uids), = list(fmt.read_labels(spec, files, False))
+    ((names, uids),) = list(fmt.read_labels(spec, files, False))
     assert names == ["books", "music cds", "toys"] and uids[1] == "music_cds"
     (chunk,) = list(fmt.read_split(spec, files, "train", 3, False))
     assert chunk.texts == ["a long, quoted\ntext", "plain text"] and chunk.uids == ["1", "2"]

@@ -70,7 +70,8 @@ def raw_lock(spec: DatasetSpec, progress: bool = True):
     """The lock held while a raw folder is written (shared by a raw group's variants)."""
     return fsutil.file_lock(
         paths.locks_dir() / f"raw-{spec.raw_group.lower()}.lock",
-        on_wait=lambda msg: say_for(progress)(msg, highlight=False), what=f"the raw files of {spec.raw_group}",
+        on_wait=lambda msg: say_for(progress)(msg, highlight=False),
+        what=f"the raw files of {spec.raw_group}",
     )
 
 
@@ -92,8 +93,10 @@ def download_dataset(name_or_spec: str | DatasetSpec, source: str | None = None,
             return raw_dir
         manifest = read_manifest(raw_dir)
         if manifest and any(f.status == "changed" for f in report.files):
-            say(f"[yellow]{spec.raw_group}: local files differ from {MANIFEST_NAME}; downloading again[/]",
-                highlight=False)
+            say(
+                f"[yellow]{spec.raw_group}: local files differ from {MANIFEST_NAME}; downloading again[/]",
+                highlight=False,
+            )
         if not source and spec.synthetic is not None:  # "downloading" a synthetic dataset regenerates it
             materialize(spec, raw_dir)
             say(f"{spec.raw_group}: synthetic raw files regenerated in {raw_dir}", highlight=False)
@@ -105,7 +108,9 @@ def download_dataset(name_or_spec: str | DatasetSpec, source: str | None = None,
     return raw_dir
 
 
-def _download_into(spec: DatasetSpec, sources: list[Source], raw_dir: Path, manifest: dict, say, progress: bool) -> None:
+def _download_into(
+    spec: DatasetSpec, sources: list[Source], raw_dir: Path, manifest: dict, say, progress: bool
+) -> None:
     downloads = raw_dir / _DOWNLOADS
     staging = fsutil.temp_path(raw_dir / "staging")
     staging.mkdir()
@@ -142,7 +147,12 @@ def _download_into(spec: DatasetSpec, sources: list[Source], raw_dir: Path, mani
                     f"(sha256 {prev['sha256'][:12]}…); the source changed or is a different version — "
                     f"delete {MANIFEST_NAME} to accept the new files"
                 )
-            entries[name] = prev or {"sha256": digest, "size": path.stat().st_size, "source": where, "downloaded_at": now}
+            entries[name] = prev or {
+                "sha256": digest,
+                "size": path.stat().st_size,
+                "source": where,
+                "downloaded_at": now,
+            }
         for name, path in placed.items():
             final = raw_dir / name
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -214,7 +224,9 @@ def _extract(archive: Path, dest: Path, progress: bool) -> dict[PurePosixPath, P
     return walk(dest)
 
 
-def _locate(spec: DatasetSpec, sources: list[Source], candidates: dict[PurePosixPath, Path], where: str) -> dict[str, Path]:
+def _locate(
+    spec: DatasetSpec, sources: list[Source], candidates: dict[PurePosixPath, Path], where: str
+) -> dict[str, Path]:
     """For each expected file, the candidate whose path ends with it (a subdir given in the source
     is preferred; otherwise the shallowest match)."""
     subdirs = [s.subdir.strip("/") for s in sources if s.subdir]
@@ -223,7 +235,7 @@ def _locate(spec: DatasetSpec, sources: list[Source], candidates: dict[PurePosix
         exact = PurePosixPath(name)
         # Some mirrors ship trn.json for trn.json.gz (or the reverse); the readers accept both.
         wanted = [exact.with_name(t) for t in twins(exact.name)]
-        matches = [rel for rel in candidates if any(rel.parts[-len(w.parts):] == w.parts for w in wanted)]
+        matches = [rel for rel in candidates if any(rel.parts[-len(w.parts) :] == w.parts for w in wanted)]
         preferred = [rel for rel in matches if any(f"/{sd}/" in f"/{rel.as_posix()}" for sd in subdirs)]
         matches = sorted(preferred or matches, key=lambda r: (r.name != exact.name, len(r.parts), r.as_posix()))
         if not matches:

@@ -36,8 +36,14 @@ def byte_bar(enabled: bool, description: str, total: int | None) -> Iterator[Upd
     if not enabled:
         yield lambda done, total=None: None
         return
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=console) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    ) as bar:
         task = bar.add_task(description, total=total)
 
         def update(done: int, total: int | None = None) -> None:
@@ -47,10 +53,15 @@ def byte_bar(enabled: bool, description: str, total: int | None) -> Iterator[Upd
 
 
 _PAGE_REASONS = [
-    (re.compile(r"too many users|quota|download limit", re.I), "its download quota is exceeded (too many users downloaded it recently)"),
+    (
+        re.compile(r"too many users|quota|download limit", re.I),
+        "its download quota is exceeded (too many users downloaded it recently)",
+    ),
     (re.compile(r"virus", re.I), "Drive answered with its virus-scan warning page instead of the file"),
-    (re.compile(r"permission|request access|you need access|sign in|servicelogin|not shared|public link", re.I),
-     "the file is not shared publicly (permission denied)"),
+    (
+        re.compile(r"permission|request access|you need access|sign in|servicelogin|not shared|public link", re.I),
+        "the file is not shared publicly (permission denied)",
+    ),
 ]
 
 

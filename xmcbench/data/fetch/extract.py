@@ -28,8 +28,9 @@ import shutil
 import stat
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Callable, Literal
+from typing import Literal
 
 from rich.filesize import decimal as human_size
 
@@ -185,7 +186,9 @@ def _extract_tar(archive: Path, root: Path, on_progress: ProgressCallback | None
                 for member in members:
                     rel = _relpath(archive, member.name)
                     if member.issym() or member.islnk():
-                        raise _unsafe(archive, member.name, f"is a link (to {member.linkname!r}); links are not extracted")
+                        raise _unsafe(
+                            archive, member.name, f"is a link (to {member.linkname!r}); links are not extracted"
+                        )
                     if not (member.isdir() or member.isfile()):
                         raise _unsafe(archive, member.name, "is a device file, FIFO or other special file")
                     if rel is None:
@@ -273,4 +276,3 @@ def _copy_at_most(archive: Path, name: str, src, path: Path, declared: int) -> N
             if written > declared:
                 raise _unsafe(archive, name, f"holds more than the {declared:,} bytes it declares")
             out.write(block)
-

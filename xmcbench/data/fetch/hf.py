@@ -44,10 +44,16 @@ def fetch_hf(spec: DatasetSpec, src: Source, local_dir: Path, progress: bool) ->
         disable_progress_bars()
     try:
         for patterns in (wanted, archives):  # files first; the archives only when they are absent
-            folder = Path(snapshot_download(
-                src.ref, repo_type="dataset", allow_patterns=patterns, local_dir=local_dir,
-                local_files_only=offline, endpoint=endpoint,
-            ))
+            folder = Path(
+                snapshot_download(
+                    src.ref,
+                    repo_type="dataset",
+                    allow_patterns=patterns,
+                    local_dir=local_dir,
+                    local_files_only=offline,
+                    endpoint=endpoint,
+                )
+            )
             names = {p.name for p in walk(folder)}
             if all(any(t in names for t in twins(PurePosixPath(f).name)) for f in spec.files):
                 break
@@ -59,7 +65,9 @@ def fetch_hf(spec: DatasetSpec, src: Source, local_dir: Path, progress: bool) ->
                 "cached; unset HF_HUB_OFFLINE, or pass --source DIR with the files"
             ) from None
         first = redact(str(exc)).splitlines()[0]
-        raise DownloadError(f"cannot download {spec.name} from {where} ({endpoint or 'huggingface.co'}): {first}") from None
+        raise DownloadError(
+            f"cannot download {spec.name} from {where} ({endpoint or 'huggingface.co'}): {first}"
+        ) from None
     except (RepositoryNotFoundError, GatedRepoError) as exc:
         raise DownloadError(
             f"cannot download {spec.name}: dataset repo {where} not found or not accessible "

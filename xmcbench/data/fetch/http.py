@@ -52,9 +52,17 @@ class _Dropped(Exception):
 
 def _retry() -> Retry:
     return Retry(
-        total=RETRIES, connect=RETRIES, read=RETRIES, status=RETRIES, redirect=10,
-        backoff_factor=BACKOFF_FACTOR, backoff_max=BACKOFF_MAX, status_forcelist=RETRY_STATUSES,
-        allowed_methods=frozenset({"GET"}), respect_retry_after_header=True, raise_on_status=False,
+        total=RETRIES,
+        connect=RETRIES,
+        read=RETRIES,
+        status=RETRIES,
+        redirect=10,
+        backoff_factor=BACKOFF_FACTOR,
+        backoff_max=BACKOFF_MAX,
+        status_forcelist=RETRY_STATUSES,
+        allowed_methods=frozenset({"GET"}),
+        respect_retry_after_header=True,
+        raise_on_status=False,
     )
 
 
@@ -67,8 +75,9 @@ def _pool(url: str) -> urllib3.PoolManager:
     return urllib3.PoolManager()
 
 
-def fetch_url(url: str, target: str | os.PathLike, *, progress: bool = True, what: str | None = None,
-              resumes: int = RESUMES) -> Path:
+def fetch_url(
+    url: str, target: str | os.PathLike, *, progress: bool = True, what: str | None = None, resumes: int = RESUMES
+) -> Path:
     """Download ``url`` to ``target`` through ``target.part``, resuming with HTTP Range; returns ``target``."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -142,8 +151,9 @@ def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, upd
             if exc.errno == errno.ENOSPC:
                 part.unlink(missing_ok=True)
                 need = f"{total - offset:,} bytes" if total is not None else "more space"
-                raise disk_full(f"downloading {label}", part.parent, need,
-                                after="; the partial file was deleted") from None
+                raise disk_full(
+                    f"downloading {label}", part.parent, need, after="; the partial file was deleted"
+                ) from None
             raise
     finally:
         response.close()
@@ -151,7 +161,9 @@ def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, upd
         raise _Dropped(f"connection to {redact(url)} dropped after {done:,} of {total:,} bytes")
     if total is not None and done > total:
         part.unlink()
-        raise DownloadError(f"cannot download {label}: {redact(url)} sent {done:,} bytes, more than the announced {total:,}")
+        raise DownloadError(
+            f"cannot download {label}: {redact(url)} sent {done:,} bytes, more than the announced {total:,}"
+        )
 
 
 def _write_chunk(out, block: bytes) -> None:
@@ -163,8 +175,14 @@ def _open(pool: urllib3.PoolManager, url: str, offset: int, label: str) -> urlli
     if offset:
         headers["Range"] = f"bytes={offset}-"
     try:
-        return pool.request("GET", url, headers=headers, preload_content=False, retries=_retry(),
-                            timeout=urllib3.Timeout(connect=TIMEOUT_S, read=TIMEOUT_S))
+        return pool.request(
+            "GET",
+            url,
+            headers=headers,
+            preload_content=False,
+            retries=_retry(),
+            timeout=urllib3.Timeout(connect=TIMEOUT_S, read=TIMEOUT_S),
+        )
     except MaxRetryError as exc:
         reason = exc.reason
         if isinstance(reason, NewConnectionError) and "refused" in str(reason).lower():
@@ -173,7 +191,9 @@ def _open(pool: urllib3.PoolManager, url: str, offset: int, label: str) -> urlli
             why = f"{type(reason).__name__}: {redact(str(reason))}" if reason else "too many retries"
         raise DownloadError(f"cannot download {label}: {redact(url)} is unreachable ({why})") from None
     except (Urllib3Error, OSError) as exc:
-        raise DownloadError(f"cannot download {label}: {redact(url)} failed ({type(exc).__name__}: {redact(str(exc))})") from None
+        raise DownloadError(
+            f"cannot download {label}: {redact(url)} failed ({type(exc).__name__}: {redact(str(exc))})"
+        ) from None
 
 
 def _content_range(response, url: str, label: str) -> tuple[int, int | None]:
@@ -182,4 +202,3 @@ def _content_range(response, url: str, label: str) -> tuple[int, int | None]:
         raise DownloadError(f"cannot download {label}: {redact(url)} answered 206 without a valid Content-Range")
     total = match.group(3)
     return int(match.group(1)), (int(total) if total != "*" else None)
-

@@ -31,9 +31,11 @@ def parse_source(text: str) -> Source:
     raw = text.strip()
     low = raw.lower()
     if low.startswith("gdrive:"):
-        file_id = raw[len("gdrive:"):].strip()
+        file_id = raw[len("gdrive:") :].strip()
         if not re.fullmatch(r"[A-Za-z0-9_-]{10,}", file_id):
-            raise DownloadError(f"--source {text!r}: a Google Drive id looks like gdrive:1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E")
+            raise DownloadError(
+                f"--source {text!r}: a Google Drive id looks like gdrive:1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E"
+            )
         return Source(kind="gdrive", ref=file_id)
     if low.startswith(("http://", "https://")):
         drive_id = google_drive_id(raw)
@@ -42,7 +44,7 @@ def parse_source(text: str) -> Source:
         name = PurePosixPath(urllib.parse.unquote(urllib.parse.urlsplit(raw).path)).name or "download"
         return Source(kind="url", ref=raw, filename=name, archive=is_archive_name(name))
     if low.startswith("hf://"):
-        parts = [p for p in raw[len("hf://"):].split("/") if p]
+        parts = [p for p in raw[len("hf://") :].split("/") if p]
         if len(parts) < 2:
             raise DownloadError(f"--source {text!r}: a Hugging Face dataset repo is written hf://ORG/REPO[/subdir]")
         return Source(kind="hf", ref=f"{parts[0]}/{parts[1]}", subdir="/".join(parts[2:]) or None)

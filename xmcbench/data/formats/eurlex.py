@@ -41,13 +41,15 @@ def read_eurlex_split(texts_path: Path, labels_path: Path, n_labels: int) -> tup
     labels = load_sparse(labels_path)
     if labels.shape[0] != len(texts):
         raise DataFormatError(
-            labels_path, None,
+            labels_path,
+            None,
             f"has {labels.shape[0]} rows but {Path(texts_path).name} has {len(texts)} documents; "
             "the two files must come from the same archive",
         )
     if labels.shape[1] != n_labels:
         raise DataFormatError(
-            labels_path, None,
+            labels_path,
+            None,
             f"has {labels.shape[1]} label columns but label_map.txt names {n_labels} labels; "
             "the two files must come from the same archive",
         )

@@ -25,11 +25,12 @@ import json
 import queue
 import threading
 import zlib
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import itemgetter, methodcaller
 from pathlib import Path
-from typing import Iterable, Iterator, NoReturn
+from typing import NoReturn
 
 import numpy as np
 
@@ -79,7 +80,9 @@ def read_text_lines(path: Path) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise DataFormatError(path, line, f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); re-save the file as UTF-8") from None
+        raise DataFormatError(
+            path, line, f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); re-save the file as UTF-8"
+        ) from None
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
@@ -347,7 +350,8 @@ def _raise_record_error(path: Path, first: int, records: list, n_labels: int | N
                 raise DataFormatError(path, line, f"negative label index {value} in 'target_ind'")
             if n_labels is not None and value >= n_labels:
                 raise DataFormatError(
-                    path, line,
+                    path,
+                    line,
                     f"label index {value} in 'target_ind' is out of range: the label file has {n_labels} labels "
                     f"(valid indices 0..{n_labels - 1}); is this the label file of the same dataset?",
                 )
@@ -362,7 +366,11 @@ def write_lines(path: Path, lines: Iterable[bytes], *, compress: bool = True, co
     """
     path = Path(path)
     with fsutil.atomic_output(path) as tmp, open(tmp, "wb") as raw, ThreadPoolExecutor(max_workers=1) as writer:
-        out = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) if compress else raw
+        out = (
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel)
+            if compress
+            else raw
+        )
         pending = None
         for batch in _batches(lines):
             if pending is not None:

@@ -257,9 +257,7 @@ def read_sparse_text(path: str | os.PathLike, n_cols: int | None = None) -> sp.c
                 path, int(rows[dup[0]]) + 2, f"column index {indices[dup[0]]} appears twice in the same row"
             )
     index_dtype = np.int32 if max(cols, indices.size) < np.iinfo(np.int32).max else np.int64
-    matrix = sp.csr_matrix(
-        (values, indices.astype(index_dtype), indptr.astype(index_dtype)), shape=(n_rows, cols)
-    )
+    matrix = sp.csr_matrix((values, indices.astype(index_dtype), indptr.astype(index_dtype)), shape=(n_rows, cols))
     matrix.has_sorted_indices = True
     return matrix
 

@@ -52,8 +52,11 @@ def _read_split(spec, files: dict[str, Path], split: str, n_labels: int, progres
     titles, contents = read_titles_and_contents(texts_path)
     labels = read_sparse_text(files[_LABEL_FILES[split]], n_cols=n_labels)
     if labels.shape[0] != len(titles):
-        raise DataFormatError(files[_LABEL_FILES[split]], None,
-                              f"has {labels.shape[0]} rows but {Path(texts_path).name} has {len(titles)} lines")
+        raise DataFormatError(
+            files[_LABEL_FILES[split]],
+            None,
+            f"has {labels.shape[0]} rows but {Path(texts_path).name} has {len(titles)} lines",
+        )
     texts = [f"{t} {c}" if (t and c) else (t or c) for t, c in zip(titles, contents, strict=True)]
     yield QueryChunk(texts, [""] * len(texts), np.diff(labels.indptr), np.asarray(labels.indices, dtype=np.int32))
 
