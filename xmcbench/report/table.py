@@ -177,7 +177,32 @@ def build_table(
         table.notes.append(f"{len(other_copies)} published rows on another copy of the dataset are not shown")
     if any(r["gpu_hours"] is not None for r in ref_rows):
         table.notes.append("published GPU-hours = training time × GPUs as reported (training only)")
+    if any(r["paper"].lower() == "dexml" for r in references):
+        table.notes.append(
+            "DEXML's published numbers were selected on the test set (its released code keeps the epoch with "
+            "the best test nDCG@5); xmcbench selects only on a validation split of the training data"
+        )
+    table.notes.extend(_count_notes(table.dataset, runs))
     return table
+
+
+def _count_notes(dataset: str, runs: list[dict]) -> list[str]:
+    """Say when the files scored hold other counts than the catalogue's published ones."""
+    from xmcbench.data import get_spec
+
+    try:
+        paper = get_spec(dataset).paper_counts
+    except XmcbenchError:
+        return []
+    notes = []
+    for what, key in (("test queries", "test"), ("labels", "labels")):
+        scored = {r.get("n_queries" if key == "test" else "n_labels") for r in runs if r.get("split", "test") == "test"}
+        scored.discard(None)
+        published = paper.get(key)
+        if published and scored and scored != {published}:
+            files = ", ".join(f"{n:,}" for n in sorted(scored))
+            notes.append(f"the files scored have {files} {what}; the papers' count is {published:,}")
+    return notes
 
 
 # -- curating ---------------------------------------------------------------------------------
