@@ -26,7 +26,7 @@ WRITER = textwrap.dedent(
     db, worker, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     with Store.open(db) as store:
         for i in range(n):
-            record = new_record(f"w{worker}-r{i:03d}", {"dataset": "synth", "split": "test"}, {"method": f"m{worker}"})
+            record = new_record(f"w{worker}-r{i:03d}", task={"dataset": "synth", "split": "test"}, model={"method": f"m{worker}"})
             record["status"] = "finished"
             record["scores"] = [{"name": "P@1", "value": worker * 100.0 + i}, {"name": "P@5", "value": float(i)}]
             record["compute"] = {"device_type": "cpu", "device_count": 1, "gpu_hours": 0.0}
