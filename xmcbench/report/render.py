@@ -137,7 +137,7 @@ def to_rich(table: Table, width: int | None = None, plain: bool = False):
     # Titles and notes carry dataset and run names: escaped so "[" prints instead of styling.
     out = RichTable(
         title=escape(table.title),
-        caption=escape("; ".join(notes)) or None,
+        caption=escape("\n".join(notes)) or None,  # one note per line: a wall of text hides them
         header_style="" if plain else "bold",
         box=box.ASCII if plain else box.HEAVY_HEAD,
         caption_justify="left",
@@ -169,7 +169,7 @@ def to_rich(table: Table, width: int | None = None, plain: bool = False):
             end = row["kind"] == "reproduced" and (nxt is None or nxt["kind"] != "reproduced")
         out.add_row(*cells, end_section=end)
     if plain and table.best:
-        out.caption = escape("; ".join([*notes, "* best value of the column"]))
+        out.caption = escape("\n".join([*notes, "* best value of the column"]))
     if run_ids:
         legend = Text("\n".join(f"run {i} = {run_id}" for i, run_id in enumerate(run_ids, 1)), no_wrap=True)
         return Group(out, legend)
