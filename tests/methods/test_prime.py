@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -73,6 +75,8 @@ def test_prime_trains_end_to_end_and_records_accounting(tiny_recipe, tmp_path):
     assert (model_dir / "label_prototypes.npy").exists() and (model_dir / "prototype_network.safetensors").exists()
     assert (result.run_dir / "checkpoints" / "train" / "latest").exists()
     assert result.scores["P@1"] > 0
+    epochs = [json.loads(line) for line in (result.run_dir / "train_log.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in epochs] == [1, 2] and all(e["loss"] > 0 for e in epochs)  # the last step's Eq. 5
 
 
 def apply_update(c, h, rows, labels, alpha):

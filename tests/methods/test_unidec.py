@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -98,6 +99,8 @@ def test_trains_end_to_end_and_records_accounting(trained):
     assert acc["psl_reduction"] == "sum" and acc["grad_clip"] is None and acc["grad_norm_preclip_mean"] > 0
     assert acc["not_reported"]["temperature"] == 0.1
     assert acc["refresh_interval"] == 1 and acc["shortlist_size"] == 2
+    epochs = [json.loads(line) for line in (result.run_dir / "train_log.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in epochs] == [1, 2] and all(e["loss"] > 0 for e in epochs)  # the last step's PSL loss
     assert acc["hard_negatives_per_query"] == 2.0  # the shortlist always yields η negatives here
     # P_i^B holds the sampled positives and any other positive of i that the pool holds
     assert acc["positives_per_query"] >= acc["sampled_positives_per_query"] >= 1.0

@@ -14,7 +14,22 @@ import sys
 import typer
 
 from xmcbench import __version__
-from xmcbench.cli import compare, datasets, evaluate, hub, ingest, judge, plan, recipes, run, runs, site, smoke, table
+from xmcbench.cli import (
+    compare,
+    datasets,
+    evaluate,
+    hub,
+    ingest,
+    judge,
+    plan,
+    recipes,
+    run,
+    runs,
+    site,
+    smoke,
+    sweep,
+    table,
+)
 
 app = typer.Typer(
     name="xmcbench",
@@ -81,6 +96,7 @@ def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
 app.command("run")(run.run)
 app.command("validate")(run.validate)
 app.command("smoke")(smoke.smoke)
+app.command("sweep")(sweep.sweep)
 app.command("table")(table.table)
 app.add_typer(runs.app, name="runs")
 app.command("compare")(compare.compare)

@@ -51,6 +51,12 @@ def run(
     resume: Annotated[
         str | None, typer.Option(help="Continue an interrupted or failed run (run id or its prefix).")
     ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id", help="Name of the new run folder (default: time-method-dataset-random; sweeps set it)."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars; logs only.")] = False,
 ) -> None:
     """Run a recipe end to end: prepare the dataset, fit, predict top-k, evaluate, record and ingest.
@@ -63,6 +69,8 @@ def run(
 
     if (recipe is None) == (resume is None):
         raise XmcbenchError("give a recipe file or --resume RUN_ID (not both)")
+    if run_id is not None and resume is not None:
+        raise XmcbenchError("--run-id names a new run; --resume continues an existing one (give one of them)")
     recipe = resolve_recipe(recipe) if recipe is not None else None
     loaded = load_recipe(recipe, set_ or []) if recipe is not None else None
     command = "xmcbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -75,6 +83,7 @@ def run(
             resume=resume,
             progress=not quiet,
             command=command,
+            run_id=run_id,
         )
     except KeyboardInterrupt:
         err_console.print(

@@ -88,6 +88,13 @@ def table(
             help="Every published row (ablations, variants, duplicates across papers), in the papers' order.",
         ),
     ] = False,
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep",
+            help="Exactly the finished runs of sweep SWEEP_ID ('latest': the last one), each named by its place in it.",
+        ),
+    ] = None,
     db: Annotated[
         Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")
     ] = None,
@@ -131,37 +138,50 @@ def table(
         note = store.schema_note()
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
-        if dataset is None:
-            result = build_overview(
-                store,
-                metric=(metrics or "P@1").split(",")[0].strip(),
-                setting=setting,
-                paper=paper,
-                method=method,
-                curated=not all_published,
-            )
+        filters = dict(
+            metrics=[m for m in metrics.replace(" ", "").split(",") if m] if metrics else None,
+            split=split,
+            dataset_version=dataset_version,
+            propensity=parse_propensity(propensity),
+            curated=not all_published,
+            setting=setting,
+            paper=paper,
+            method=method,
+        )
+        if sweep is not None:
+            labels = _sweep_labels(store, sweep)
+            names = sorted({r["dataset"] for r in store.runs(status="finished") if r["run_id"] in labels})
+            if dataset is not None:
+                names = [n for n in names if n.lower() == canonical_dataset(dataset).lower()]
+            if not names:
+                raise XmcbenchError(
+                    f"sweep {sweep} has no finished runs in {store.path}"
+                    + (f" on {dataset}" if dataset else "")
+                    + f"; see `xmcbench sweep --status {sweep}`"
+                )
+            results = [build_table(store, name, runs_only=labels, **filters) for name in names]
+        elif dataset is None:
+            results = [
+                build_overview(
+                    store,
+                    metric=(metrics or "P@1").split(",")[0].strip(),
+                    setting=setting,
+                    paper=paper,
+                    method=method,
+                    curated=not all_published,
+                )
+            ]
         else:
-            result = build_table(
-                store,
-                canonical_dataset(dataset),
-                metrics=[m for m in metrics.replace(" ", "").split(",") if m] if metrics else None,
-                all_runs=all_runs,
-                pick="latest" if latest else "best",
-                split=split,
-                dataset_version=dataset_version,
-                propensity=parse_propensity(propensity),
-                curated=not all_published,
-                setting=setting,
-                paper=paper,
-                method=method,
-            )
+            pick = "latest" if latest else "best"
+            results = [build_table(store, canonical_dataset(dataset), all_runs=all_runs, pick=pick, **filters)]
     if store.reference_problem:
         err_console.print(
             f"[yellow]warning:[/] published results not shown: {store.reference_problem}",
             highlight=False,
             soft_wrap=True,
         )
-    print_table(result, format)
+    for result in results:
+        print_table(result, format)
 
 
 def print_table(result, format: str) -> None:
@@ -178,6 +198,20 @@ def print_table(result, format: str) -> None:
         out.print(to_rich(result, width=out.width))
     else:
         typer.echo(to_text(result, width=None), nl=False)
+
+
+def _sweep_labels(store, sweep_id: str) -> dict[str, str]:
+    """run id -> run key of a sweep: from the database's sweeps table, else from the sweep record."""
+    from xmcbench.sweep import SweepRecord
+    from xmcbench.sweep.record import resolve_sweep_id
+
+    sweep_id = resolve_sweep_id(sweep_id)
+    rows = store.sweep_runs(sweep_id)
+    if rows:
+        return {r["run_id"]: r["run_key"] for r in rows}
+
+    record = SweepRecord.load(sweep_id)  # says which sweeps exist when there is no such sweep
+    return {e["run_id"]: e["key"] for e in record.entries if e.get("run_id")}
 
 
 def _open_store(db: Path | None, results: str | None):

@@ -15,13 +15,14 @@ runs never generate, download or prepare one dataset twice):
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from xmcbench import fsutil, paths
 from xmcbench.data.catalog import DatasetSpec, check_dataset_name, get_spec, local_spec_path, save_local_spec
 from xmcbench.data.fetch import download_dataset, raw_lock
 from xmcbench.data.fetch.common import say_for
-from xmcbench.data.prepared import PreparedDataset, is_prepared_current, load_prepared, prepare
+from xmcbench.data.prepared import META_NAME, PreparedDataset, is_prepared_current, load_prepared, prepare
 from xmcbench.data.raw import raw_complete, raw_status
 from xmcbench.data.synth import make_synthetic_spec, materialize
 from xmcbench.errors import XmcbenchError
@@ -102,3 +103,16 @@ def dataset_status(spec: DatasetSpec) -> Literal["prepared", "complete", "partia
     if is_prepared_current(spec, paths.dataset_raw_dir(spec.raw_group), paths.dataset_prepared_dir(spec.name)):
         return "prepared"
     return raw_status(spec)
+
+
+def prepared_version(name: str) -> str | None:
+    """The version of dataset ``name``'s prepared cache here, None when it is not prepared."""
+    try:
+        folder = get_spec(name).name
+    except XmcbenchError:
+        folder = name
+    try:
+        meta = json.loads((paths.dataset_prepared_dir(folder) / META_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta.get("dataset_version") if isinstance(meta, dict) else None

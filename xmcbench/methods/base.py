@@ -200,6 +200,8 @@ class Method(Protocol):
     name: ClassVar[str]
     Config: ClassVar[type[MethodConfig]]
     requires_labels: ClassVar[bool]  # False: usable zero-shot
+    # why the method trains in one process (a recipe asking for more GPUs is refused); None: it spans GPUs
+    single_process: ClassVar[str | None]
     uses_encoder: ClassVar[bool]  # True: the recipe's encoder section applies (recorded with the run)
 
     def __init__(self, config: MethodConfig, recipe: Any) -> None: ...

@@ -74,6 +74,7 @@ class DexmlMethod:
     name: ClassVar[str] = "dexml"
     Config: ClassVar[type[DexmlConfig]] = DexmlConfig
     requires_labels: ClassVar[bool] = True
+    single_process: ClassVar[str | None] = None  # spans GPUs with torchrun (all-negatives training, Sec. 4)
     uses_encoder: ClassVar[bool] = True
 
     def __init__(self, config: DexmlConfig, recipe):

@@ -75,6 +75,7 @@ class LmtxMethod:
     name: ClassVar[str] = "lmtx"
     Config: ClassVar[type[LmtxConfig]] = LmtxConfig
     requires_labels: ClassVar[bool] = False
+    single_process: ClassVar[str | None] = "the LLM judge and the bi-encoder's training run in one process"
     uses_encoder: ClassVar[bool] = True
 
     def __init__(self, config: LmtxConfig, recipe):

@@ -69,6 +69,7 @@ class MaclrMethod:
     name: ClassVar[str] = "maclr"
     Config: ClassVar[type[MaclrConfig]] = MaclrConfig
     requires_labels: ClassVar[bool] = False
+    single_process: ClassVar[str | None] = "MACLR's pre-training and fine-tuning here run in one process"
     uses_encoder: ClassVar[bool] = True
     uses_titles: ClassVar[bool] = True  # the runner hands over raw titles and bodies (ICT material)
 

@@ -341,6 +341,9 @@ class PrimeMethod:
     name: ClassVar[str] = "prime"
     Config: ClassVar[type[PrimeConfig]] = PrimeConfig
     requires_labels: ClassVar[bool] = True
+    single_process: ClassVar[str | None] = (
+        "the paper fits every PRIME configuration in a single 80 GB A100 GPU (Sec. 5, App. H)"
+    )
     uses_encoder: ClassVar[bool] = True
 
     def __init__(self, config: PrimeConfig, recipe):
@@ -413,6 +416,7 @@ class PrimeMethod:
             query_emb = self._initialise(tokens, labels, rows, ctx)
 
         # 4. epochs
+        loss = None  # the last step's, for the epoch log line (an epoch resumed at its end has none)
         for epoch in range(start_epoch, t.epochs):
             if de.clustering_due(schedule, epoch, sampler):
                 if query_emb is None:
@@ -435,7 +439,7 @@ class PrimeMethod:
             ) as advance:
                 for batch in sampler:
                     batch_rows = rows[batch]  # (b,) training query ids
-                    pool = self._train_step(batch_rows, labels, weights, tokens, ctx, epoch, step)
+                    pool, loss = self._train_step(batch_rows, labels, weights, tokens, ctx, epoch, step)
                     self._optimizer_step(optimizer, scheduler, t.grad_clip)
                     accounting.update(pool)
                     ctx.record_pool(pool.size)
@@ -451,7 +455,7 @@ class PrimeMethod:
                 sampler_state=sampler.state_dict(),
                 extra={"accounting": accounting.state_dict()},
             )
-            ctx.log_epoch(epoch + 1, t.epochs, step=step, scheduler=scheduler, queries=len(rows))
+            ctx.log_epoch(epoch + 1, t.epochs, step=step, loss=loss, scheduler=scheduler, queries=len(rows))
 
         # 5. prototypes of every label for inference (App. I)
         self.label_prototypes = self._all_prototypes(tokens, ctx)
@@ -533,7 +537,7 @@ class PrimeMethod:
         # After the forward pass: this step's prototypes used the centroids from before it.
         pair_rows, pair_labels = positive_pairs(labels, batch_rows)
         self.model.prototypes.update_centroids(h_q.detach(), pair_rows, pair_labels, c.centroid_momentum)
-        return pool
+        return pool, loss.detach()
 
     def _optimizer_step(self, optimizer, scheduler, grad_clip) -> None:
         from xmcbench.train import clip_gradients

@@ -37,6 +37,7 @@ class TfidfMethod:
     name: ClassVar[str] = "tfidf"
     Config: ClassVar[type[TfidfConfig]] = TfidfConfig
     requires_labels: ClassVar[bool] = False
+    single_process: ClassVar[str | None] = "TF-IDF has nothing to train across GPUs"
     uses_encoder: ClassVar[bool] = False
 
     def __init__(self, config: TfidfConfig, recipe=None):

@@ -192,6 +192,7 @@ class UnidecMethod:
     name: ClassVar[str] = "unidec"
     Config: ClassVar[type[UnidecConfig]] = UnidecConfig
     requires_labels: ClassVar[bool] = True
+    single_process: ClassVar[str | None] = "the paper trains UniDEC on a single NVIDIA A6000 GPU (Sec. 1, Fig. 1)"
     uses_encoder: ClassVar[bool] = True
 
     def __init__(self, config: UnidecConfig, recipe):
@@ -239,6 +240,7 @@ class UnidecMethod:
         best = extra.get("best_val_p1", -1.0)
 
         # 4. epochs: clusters of Φ_D(x) and the shortlist H every τ epochs, then PSL steps
+        loss = None  # the last step's, for the epoch log line (an epoch resumed at its end has none)
         for epoch in range(start_epoch, t.epochs):
             need_shortlist = c.hard_negatives > 0 and (shortlists.due(epoch) or shortlist is None)
             need_clusters = de.clustering_due(schedule, epoch, sampler)
@@ -267,7 +269,7 @@ class UnidecMethod:
                     pool = self.sample_pool(
                         labels, batch_rows, None if shortlist is None else shortlist[batch], epoch, step
                     )
-                    self.train_step(batch_rows, pool, tokens, ctx, optimizer, scheduler)
+                    loss = self.train_step(batch_rows, pool, tokens, ctx, optimizer, scheduler)
                     accounting.update(pool)
                     ctx.record_pool(pool.size)
                     step += 1
@@ -294,7 +296,7 @@ class UnidecMethod:
                 sampler_state=sampler.state_dict(),
                 extra=extra,
             )
-            ctx.log_epoch(epoch + 1, t.epochs, step=step, scheduler=scheduler, queries=len(rows))
+            ctx.log_epoch(epoch + 1, t.epochs, step=step, loss=loss, scheduler=scheduler, queries=len(rows))
 
         # 5. the model to keep, and its label representations for search
         if val_rows.size and (ctx.checkpoint_dir / "best.safetensors").exists():

@@ -29,6 +29,7 @@ class ZeroShotMethod:
     name: ClassVar[str] = "zero_shot"
     Config: ClassVar[type[ZeroShotConfig]] = ZeroShotConfig
     requires_labels: ClassVar[bool] = False
+    single_process: ClassVar[str | None] = "a zero-shot encoder has nothing to train across GPUs"
     uses_encoder: ClassVar[bool] = True
 
     def __init__(self, config: ZeroShotConfig, recipe=None):

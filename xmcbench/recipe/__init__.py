@@ -18,6 +18,7 @@ from xmcbench.recipe.schema import (
     SyntheticSpec,
     TrainingSection,
     check_floor,
+    missed_floors,
 )
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "TrainingSection",
     "apply_overrides",
     "check_floor",
+    "missed_floors",
     "deep_merge",
     "read_recipe",
 ]

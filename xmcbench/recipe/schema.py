@@ -223,3 +223,12 @@ def check_floor(value: float, rule: str) -> bool:
     op, bound = FLOOR.match(rule).groups()  # type: ignore[union-attr]
     bound_f = float(bound)
     return {">=": value >= bound_f, ">": value > bound_f, "<=": value <= bound_f, "<": value < bound_f}[op]
+
+
+def missed_floors(scores: dict[str, float], expect: dict[str, str]) -> list[str]:
+    """The ``expect`` floors that ``scores`` miss (a missing metric counts as missed)."""
+    return [
+        f"{metric} = {scores.get(metric, float('nan')):.2f}, expected {rule}"
+        for metric, rule in expect.items()
+        if metric not in scores or not check_floor(scores[metric], rule)
+    ]

@@ -98,8 +98,12 @@ def build_table(
     setting: str | None = None,
     paper: str | None = None,
     method: str | None = None,
+    runs_only: dict[str, str] | None = None,
 ) -> Table:
     """Reproduced runs and published results for ``dataset`` (see the module docstring).
+
+    ``runs_only``: exactly these runs (run id -> the label to print, e.g. a sweep's run key),
+    each one shown, instead of the best run per configuration.
 
     ``curated``: only each paper's main-table rows (``main_tables`` / ``main`` in the leaderboard
     files), one per method and setting across papers, in sections per setting (full, few-shot,
@@ -107,7 +111,9 @@ def build_table(
     compared with. ``setting`` (a prefix: "few-shot" matches every few-shot setting), ``paper``
     and ``method`` (case-insensitive, either the method or its printed name) filter rows.
     """
-    if all_runs:
+    if runs_only is not None:
+        runs = [r for r in store.runs(dataset=dataset, status="finished") if r["run_id"] in runs_only]
+    elif all_runs:
         runs = store.runs(dataset=dataset, status="finished")
     else:
         runs = store.best_runs(dataset, metric=(metrics or DEFAULT_METRICS)[0], latest=pick == "latest")
@@ -144,6 +150,9 @@ def build_table(
     present = {name for row in rows for name in row["_metrics"]}
     chosen, notes = _choose_metrics(metrics, present)
     deltas = _add_deltas(run_rows, ref_rows, chosen)
+    if runs_only:
+        for row in run_rows:
+            row["method"] = runs_only.get(row["source"]) or row["method"]
     for row in rows:
         for name in chosen:
             row[name] = row["_metrics"].get(name)

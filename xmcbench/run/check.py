@@ -49,7 +49,7 @@ def check_data(data: dict[str, Any], file: str) -> tuple[Recipe | None, list[Pro
     if recipe.dataset.synthetic is None:
         problems += _dataset_problems(file, recipe.dataset.name)
     if not problems:
-        problems += _supervision_problems(file, recipe, config)
+        problems += _supervision_problems(file, recipe, config) + _hardware_problems(file, recipe)
     if problems:
         return None, problems
     return recipe.bind_method_config(config), []
@@ -75,6 +75,21 @@ def _supervision_problems(file: str, recipe: Recipe, config: Any = None) -> list
                     "use mode full or few_shot, or a zero-shot method",
                 )
             ]
+    return []
+
+
+def _hardware_problems(file: str, recipe: Recipe) -> list[Problem]:
+    """Several GPUs only for a method that trains across them."""
+    reason = getattr(METHODS.get(recipe.method.name), "single_process", None)
+    if recipe.hardware.num_gpus > 1 and reason:
+        return [
+            Problem(
+                file,
+                "hardware.num_gpus",
+                f"{recipe.method.name} trains in one process ({reason}); it cannot use {recipe.hardware.num_gpus} GPUs",
+                "set hardware.num_gpus: 1 (a sweep runs several such runs side by side, one per GPU)",
+            )
+        ]
     return []
 
 

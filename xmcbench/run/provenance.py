@@ -16,6 +16,7 @@ from xmcbench import __version__
 from xmcbench.errors import XmcbenchError
 from xmcbench.redact import redact
 
+GPUS_ALLOCATED_ENV = "XMCBENCH_GPUS_ALLOCATED"  # set by a sweep launcher: GPUs held for this run
 RECORDED_PACKAGES = ("torch", "transformers", "numpy", "scipy", "scikit-learn", "duckdb", "faiss-cpu", "faiss-gpu")
 
 
@@ -102,6 +103,10 @@ def compute_facts(device: str, world_size: int) -> dict[str, Any]:
         else None,
         "wall_time_s": {},
         "gpu_hours": 0.0,
+        # what a launcher gave the run: the GPU ids it may see, and the GPUs allocated to it
+        # (a Slurm job may hold more than it uses; GPU-hours count what was held)
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpus_allocated": _gpus_allocated(),
         "peak_gpu_mem_gb": None,
         "peak_host_mem_gb": None,
     }
@@ -120,6 +125,18 @@ def compute_facts(device: str, world_size: int) -> dict[str, Any]:
     else:
         facts["device_names"] = [facts["cpu"]]
     return facts
+
+
+def _gpus_allocated() -> int | None:
+    value = os.environ.get(GPUS_ALLOCATED_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def billed_gpus(compute: dict[str, Any]) -> int:
+    """The GPUs a run is charged for: those allocated to it, at least those it used."""
+    if compute.get("device_type") != "cuda":
+        return 0
+    return max(int(compute.get("device_count") or 1), int(compute.get("gpus_allocated") or 0))
 
 
 def update_peak_memory(compute: dict[str, Any], device: str) -> None:

@@ -36,12 +36,12 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import atomic_write, check_name, file_lock, remove_stale_temps, utc_now
 from xmcbench.methods import METHODS
 from xmcbench.methods.base import RunContext
-from xmcbench.recipe import Recipe, RecipeError, check_floor
+from xmcbench.recipe import Recipe, RecipeError, missed_floors
 from xmcbench.redact import redact, redact_data
 from xmcbench.run import phases
 from xmcbench.run.check import recipe_from_dict
 from xmcbench.run.live_record import LiveRecord
-from xmcbench.run.provenance import attempt_facts, compute_facts, resolve_device, update_peak_memory
+from xmcbench.run.provenance import attempt_facts, billed_gpus, compute_facts, resolve_device, update_peak_memory
 from xmcbench.store.record import RECORD_FILE, effective_status, load_record, new_record
 
 log = logging.getLogger("xmcbench.run")
@@ -68,12 +68,7 @@ class RunResult:
 
     def failed_floors(self, expect: dict[str, str]) -> list[str]:
         """The recipe's ``expect`` floors this run misses (a missing metric counts as missed)."""
-        scores = self.scores
-        return [
-            f"{metric} = {scores.get(metric, float('nan')):.2f}, expected {rule}"
-            for metric, rule in expect.items()
-            if metric not in scores or not check_floor(scores[metric], rule)
-        ]
+        return missed_floors(self.scores, expect)
 
 
 def run_recipe(
@@ -86,8 +81,13 @@ def run_recipe(
     progress: bool = True,
     command: str | None = None,
     ingest: bool = True,
+    run_id: str | None = None,
 ) -> RunResult:
-    """Run ``recipe`` (or resume run ``resume``) and return its directory and record."""
+    """Run ``recipe`` (or resume run ``resume``) and return its directory and record.
+
+    ``run_id`` names the new run folder (default: time-method-dataset-random); a sweep names its
+    runs before starting them so that its own record points at them even if it is killed.
+    """
     dist = _init_distributed(recipe, resume)
     if not dist.is_main:
         return _run_worker(recipe, dist, progress)
@@ -102,7 +102,7 @@ def run_recipe(
             assert recipe is not None, "run_recipe needs a recipe or a run to resume"
             db_path = _db_path(db, recipe)
             _check_before_start(recipe, runs_root, db_path)
-            run_dir = _new_run_dir(runs_root, recipe)
+            run_dir = _new_run_dir(runs_root, recipe, run_id)
             stack.enter_context(_run_lock(run_dir))
             live = _start(run_dir, recipe, recipe_path, command)
         remove_stale_temps(run_dir, recursive=True)
@@ -165,12 +165,22 @@ def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
         raise XmcbenchError(f"the runs folder {runs_root} is not writable; set output.runs_dir or XMCBENCH_HOME")
 
 
-def _new_run_dir(runs_root: Path, recipe: Recipe) -> Path:
+def new_run_id(recipe: Recipe) -> str:
+    """``YYYYmmdd-HHMMSS-method-dataset-xxxxxx``: sorts by time, says what ran, never collides."""
     slug = re.sub(r"[^a-z0-9.]+", "-", recipe.dataset.name.lower())[:60].strip("-.") or "dataset"
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_id = check_name(f"{stamp}-{recipe.method.name.lower()}-{slug}-{secrets.token_hex(3)}", "run id")
-    run_dir = runs_root / run_id
-    run_dir.mkdir(parents=False, exist_ok=False)
+    return check_name(f"{stamp}-{recipe.method.name.lower()}-{slug}-{secrets.token_hex(3)}", "run id")
+
+
+def _new_run_dir(runs_root: Path, recipe: Recipe, run_id: str | None = None) -> Path:
+    run_dir = runs_root / check_name(run_id or new_run_id(recipe), "run id")
+    try:
+        run_dir.mkdir(parents=False, exist_ok=False)
+    except FileExistsError:
+        raise XmcbenchError(
+            f"a run {run_dir.name} already exists in {runs_root}; continue it with "
+            f"`xmcbench run --resume {run_dir.name}` or give another --run-id"
+        ) from None
     return run_dir
 
 
@@ -406,11 +416,7 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
         if phase not in done:
             done.append(phase)
         compute = record["compute"]
-        compute["gpu_hours"] = (
-            (walls.get("train", 0.0) + walls.get("predict", 0.0)) / 3600 * compute["device_count"]
-            if device.startswith("cuda")
-            else 0.0
-        )
+        compute["gpu_hours"] = (walls.get("train", 0.0) + walls.get("predict", 0.0)) / 3600 * billed_gpus(compute)
         update_peak_memory(compute, device)
         live.save()
 

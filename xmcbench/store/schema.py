@@ -159,6 +159,23 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        3,
+        "sweeps: which runs each sweep started",
+        (
+            """
+            CREATE TABLE sweeps (
+                sweep_id  VARCHAR NOT NULL,
+                run_id    VARCHAR NOT NULL,
+                run_key   VARCHAR NOT NULL,             -- the run's place in the sweep: "dexml lr=0.0001 seed=1"
+                seed      BIGINT,
+                launcher  VARCHAR NOT NULL,             -- local | slurm
+                added_at  TIMESTAMP NOT NULL,
+                PRIMARY KEY (sweep_id, run_id)
+            )
+            """,
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

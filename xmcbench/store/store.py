@@ -649,6 +649,35 @@ class Store:
             needs=("reference_results",),
         )
 
+    def add_sweep_runs(self, sweep_id: str, launcher: str, runs: Sequence[tuple[str, str, int | None]]) -> None:
+        """Record that sweep ``sweep_id`` started these runs: (run_id, run key, seed). Idempotent."""
+        if not runs:
+            return
+        self.ensure_schema()
+        now = utcnow()
+        with self._writing() as con:
+            con.executemany(
+                "INSERT OR REPLACE INTO sweeps VALUES (?, ?, ?, ?, ?, ?)",
+                [[sweep_id, run_id, key, seed, launcher, now] for run_id, key, seed in runs],
+            )
+
+    def finished_with_recipe(self, recipe_hash: str) -> list[dict[str, Any]]:
+        """Finished runs of the recipe with this hash (newest first): what a sweep need not run again."""
+        return self._query(
+            "SELECT run_id, run_dir FROM runs WHERE recipe_hash = ? AND status = 'finished' "
+            "ORDER BY created_at DESC NULLS LAST, run_id DESC",
+            [recipe_hash],
+            needs=("runs",),
+        )
+
+    def sweep_runs(self, sweep_id: str) -> list[dict[str, Any]]:
+        """The runs sweep ``sweep_id`` started (run_id, run_key, seed, launcher), in key order."""
+        return self._query(
+            "SELECT sweep_id, run_id, run_key, seed, launcher FROM sweeps WHERE sweep_id = ? ORDER BY run_key",
+            [sweep_id],
+            needs=("sweeps",),
+        )
+
     # -- queries -----------------------------------------------------------------------------
 
     def runs(

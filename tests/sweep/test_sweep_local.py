@@ -1,0 +1,177 @@
+"""The local launcher: GPU pinning, one run per GPU, failures isolated, interrupt and resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from sweep_helpers import cli_env, write_recipe, xmcbench
+
+from xmcbench import paths
+from xmcbench.errors import XmcbenchError
+from xmcbench.store import Store
+from xmcbench.store.record import read_record
+from xmcbench.sweep import expand, run_sweep
+from xmcbench.sweep.record import SweepRecord, sweep_path
+
+
+def _records(record: SweepRecord) -> dict[str, dict]:
+    return {e["key"]: read_record(paths.runs_dir() / e["run_id"]) for e in record.entries if e.get("run_id")}
+
+
+def test_each_run_sees_only_its_gpus_and_no_gpu_runs_two_at_once(recipes):
+    # fake GPU ids: the runs go on CPU (no CUDA here) but are queued and pinned as on a GPU node
+    plan = expand([recipes / "tfidf-a.yaml"], sets=["hardware.devices=auto"], seeds="0,1,2,3,4")
+    record = run_sweep(plan, gpus=["3", "5"], jobs=1)
+    assert [e["status"] for e in record.entries] == ["finished"] * 5
+    seen = {key: rec["compute"]["visible_devices"] for key, rec in _records(record).items()}
+    assert set(seen.values()) <= {"3", "5"} and len(set(seen.values())) == 2  # one id each, both used
+    for gpu in ("3", "5"):
+        spans = sorted(
+            (datetime.fromisoformat(e["started_at"]), datetime.fromisoformat(e["ended_at"]))
+            for e in record.entries
+            if e["devices"] == f"GPU {gpu}"
+        )
+        assert all(end <= nxt_start for (_, end), (nxt_start, _) in zip(spans, spans[1:])), spans
+    assert {r["run_key"] for r in _sweep_rows(plan.sweep_id)} == {e["key"] for e in record.entries}
+
+
+def test_cpu_runs_hide_the_gpus_and_share_the_threads(recipes, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    record = run_sweep(expand([recipes / "tfidf-a.yaml"], seeds="0,1"), gpus=[], jobs=2)
+    for rec in _records(record).values():
+        assert rec["compute"]["visible_devices"] == ""
+    logs = [Path(e["log"]).read_text() for e in record.entries]
+    assert all("run " in log for log in logs)
+
+
+def test_a_failed_run_does_not_stop_the_others(recipes, tmp_path):
+    broken = write_recipe(tmp_path, "not-downloaded", dataset={"name": "LF-AmazonTitles-131K"})
+    plan = expand([broken, recipes / "tfidf-a.yaml"], seeds="0,1")
+    record = run_sweep(plan, gpus=[], jobs=1)
+    status = {e["key"]: e for e in record.entries}
+    assert status["tfidf-a seed=0"]["status"] == status["tfidf-a seed=1"]["status"] == "finished"
+    failed = status["not-downloaded seed=0"]
+    assert failed["status"] == "failed" and "LF-AmazonTitles-131K" in failed["error"] and "\n" not in failed["error"]
+
+
+def test_more_gpus_per_run_than_given_is_refused_before_anything_starts(recipes):
+    from xmcbench.run.shipped import recipes_dir
+
+    plan = expand([recipes_dir() / "smoke" / "dexml.yaml"], sets=["hardware.num_gpus=4", "hardware.devices=auto"])
+    with pytest.raises(XmcbenchError, match="needs 4 GPUs; the sweep was given 2"):
+        run_sweep(plan, gpus=["0", "1"])
+    assert not paths.runs_dir().exists() or not any(paths.runs_dir().iterdir())
+    assert not paths.default_db_path().exists()
+
+
+def test_cuda_runs_without_gpus_are_refused(recipes):
+    plan = expand([recipes / "tfidf-a.yaml"], sets=["hardware.devices=cuda"])
+    with pytest.raises(XmcbenchError, match="no GPU is given or visible"):
+        run_sweep(plan, gpus=[])
+
+
+def test_a_rerun_skips_finished_runs_and_force_runs_them_again(recipes):
+    plan = expand([recipes / "tfidf-a.yaml"], seeds="0,1")
+    first = run_sweep(plan, gpus=[])
+    ids = [e["run_id"] for e in first.entries]
+    again = run_sweep(plan, gpus=[])
+    assert [e["run_id"] for e in again.entries] == ids and all(e["kept"] for e in again.entries)
+    forced = run_sweep(plan, gpus=[], force=True)
+    assert not set(e["run_id"] for e in forced.entries) & set(ids)
+    with Store.open(read_only=True) as store:
+        assert len(store.runs()) == 4 and len(store.sweep_runs(plan.sweep_id)) == 4
+
+
+def _sweep_rows(sweep_id: str) -> list[dict]:
+    with Store.open(read_only=True) as store:
+        return store.sweep_runs(sweep_id)
+
+
+def _wait_for(condition, what: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _running_entry(sweep_id: str):
+    path = sweep_path(sweep_id)
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        return None
+    for e in data["runs"]:
+        record = paths.runs_dir() / (e.get("run_id") or "-") / "record.json"
+        if e["status"] == "running" and record.exists():
+            try:
+                if "predict" in json.loads(record.read_text())["phases_done"]:
+                    return e  # evaluating: seconds of work left
+            except ValueError:
+                pass
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_an_interrupted_sweep_resumes_and_records_nothing_twice(recipes, tmp_path, how):
+    # a long evaluation (3,000 queries x 100,000 bootstrap resamples) keeps the second run busy
+    slow = write_recipe(
+        tmp_path,
+        "slow",
+        dataset={"name": "synth-sweep-slow", "synthetic": {"labels": 100, "train": 300, "test": 3000, "seed": 0}},
+        evaluation={"k": [1, 5], "bootstrap": 100000, "top_k": 5, "groups": False},
+    )
+    args = ["sweep", str(recipes / "tfidf-a.yaml"), str(slow), "--gpus", "none"]
+    plan = expand([recipes / "tfidf-a.yaml", slow])
+    sweep = subprocess.Popen(xmcbench(*args), env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        entry = _wait_for(lambda: (e := _running_entry(plan.sweep_id)) and e["key"] == "slow" and e, "the slow run")
+        sweep.send_signal(how)
+        out = sweep.communicate(timeout=180)[0].decode()
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    if how == signal.SIGINT:
+        assert sweep.returncode == 130, out
+        assert SweepRecord.load(plan.sweep_id).entry("slow")["status"] == "interrupted"
+    # the run records its own end (Ctrl-C: told by the sweep; kill -9: by the kernel's parent-death signal)
+    record = _wait_for(
+        lambda: (r := read_record(paths.runs_dir() / entry["run_id"]))["status"] != "running" and r, "the run's end"
+    )
+    assert record["status"] == "interrupted"
+
+    again = subprocess.run(xmcbench(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    result = SweepRecord.load(plan.sweep_id)
+    assert result.entry("tfidf-a")["kept"] is True  # finished before the interruption: not run again
+    resumed = result.entry("slow")
+    assert resumed["run_id"] == entry["run_id"] and resumed["status"] == "finished"  # the same run, resumed
+    final = read_record(paths.runs_dir() / entry["run_id"])
+    assert final["status"] == "finished" and len(final["attempts"]) == 1  # one resume
+    with Store.open(read_only=True) as store:
+        assert sorted(r["run_id"] for r in store.runs()) == sorted(e["run_id"] for e in result.entries)
+        assert len(store.sweep_runs(plan.sweep_id)) == 2
+    assert len(list(paths.runs_dir().iterdir())) == 2
+
+
+def test_a_run_made_by_hand_with_the_same_recipe_code_and_data_is_kept(recipes):
+    from xmcbench.run import load_recipe, run_recipe
+
+    by_hand = run_recipe(load_recipe(recipes / "tfidf-a.yaml", ["training.seed=1"]), progress=False)
+    record = run_sweep(expand([recipes / "tfidf-a.yaml"], seeds="0,1"), gpus=[])
+    kept = record.entry("tfidf-a seed=1")
+    assert kept["kept"] is True and kept["run_id"] == by_hand.run_dir.name
+    assert kept["P@1"] == by_hand.scores["P@1"]
+    assert record.entry("tfidf-a seed=0")["kept"] is False  # seed 0 differs from the run by hand
