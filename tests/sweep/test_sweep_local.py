@@ -26,9 +26,9 @@ def _records(record: SweepRecord) -> dict[str, dict]:
 
 def test_each_run_sees_only_its_gpus_and_no_gpu_runs_two_at_once(recipes):
     # fake GPU ids: the runs go on CPU (no CUDA here) but are queued and pinned as on a GPU node
-    plan = expand([recipes / "tfidf-a.yaml"], sets=["hardware.devices=auto"], seeds="0,1,2,3,4")
+    plan = expand([recipes / "tfidf-a.yaml"], sets=["hardware.devices=auto"], seeds="0,1,2,3")
     record = run_sweep(plan, gpus=["3", "5"], jobs=1)
-    assert [e["status"] for e in record.entries] == ["finished"] * 5
+    assert [e["status"] for e in record.entries] == ["finished"] * 4
     seen = {key: rec["compute"]["visible_devices"] for key, rec in _records(record).items()}
     assert set(seen.values()) <= {"3", "5"} and len(set(seen.values())) == 2  # one id each, both used
     for gpu in ("3", "5"):
@@ -53,11 +53,11 @@ def test_cpu_runs_hide_the_gpus_and_share_the_threads(recipes, monkeypatch):
 
 def test_a_failed_run_does_not_stop_the_others(recipes, tmp_path):
     broken = write_recipe(tmp_path, "not-downloaded", dataset={"name": "LF-AmazonTitles-131K"})
-    plan = expand([broken, recipes / "tfidf-a.yaml"], seeds="0,1")
+    plan = expand([broken, recipes / "tfidf-a.yaml"])
     record = run_sweep(plan, gpus=[], jobs=1)
     status = {e["key"]: e for e in record.entries}
-    assert status["tfidf-a seed=0"]["status"] == status["tfidf-a seed=1"]["status"] == "finished"
-    failed = status["not-downloaded seed=0"]
+    assert status["tfidf-a"]["status"] == "finished"  # after the failed one, in plan order
+    failed = status["not-downloaded"]
     assert failed["status"] == "failed" and "LF-AmazonTitles-131K" in failed["error"] and "\n" not in failed["error"]
 
 
@@ -104,7 +104,8 @@ def _wait_for(condition, what: str, timeout: float = 120.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _running_entry(sweep_id: str):
+def _waiting_run(sweep_id: str) -> dict | None:
+    """The sweep's entry of a run that has said it waits for the dataset lock the test holds."""
     path = sweep_path(sweep_id)
     if not path.exists():
         return None
@@ -113,44 +114,44 @@ def _running_entry(sweep_id: str):
     except ValueError:
         return None
     for e in data["runs"]:
-        record = paths.runs_dir() / (e.get("run_id") or "-") / "record.json"
-        if e["status"] == "running" and record.exists():
-            try:
-                if "predict" in json.loads(record.read_text())["phases_done"]:
-                    return e  # evaluating: seconds of work left
-            except ValueError:
-                pass
+        if (
+            e["status"] == "running"
+            and e.get("log")
+            and "waiting for another xmcbench process" in Path(e["log"]).read_text()
+        ):
+            return e
     return None
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
 def test_an_interrupted_sweep_resumes_and_records_nothing_twice(recipes, tmp_path, how):
-    # a long evaluation (3,000 queries x 100,000 bootstrap resamples) keeps the second run busy
+    from xmcbench.data.load import dataset_lock
+
+    # The second run waits for its dataset while this test holds the dataset's lock: it is surely
+    # running (its record written, its signal handler set) when the sweep is stopped.
     slow = write_recipe(
-        tmp_path,
-        "slow",
-        dataset={"name": "synth-sweep-slow", "synthetic": {"labels": 100, "train": 300, "test": 3000, "seed": 0}},
-        evaluation={"k": [1, 5], "bootstrap": 100000, "top_k": 5, "groups": False},
+        tmp_path, "slow", dataset={"name": "synth-sweep-held", "synthetic": {"labels": 100, "train": 300, "test": 60}}
     )
     args = ["sweep", str(recipes / "tfidf-a.yaml"), str(slow), "--gpus", "none"]
     plan = expand([recipes / "tfidf-a.yaml", slow])
-    sweep = subprocess.Popen(xmcbench(*args), env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        entry = _wait_for(lambda: (e := _running_entry(plan.sweep_id)) and e["key"] == "slow" and e, "the slow run")
-        sweep.send_signal(how)
-        out = sweep.communicate(timeout=180)[0].decode()
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
+    with dataset_lock("synth-sweep-held", progress=False):
+        sweep = subprocess.Popen(xmcbench(*args), env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            entry = _wait_for(lambda: _waiting_run(plan.sweep_id), "the second run to wait for its dataset")
+            sweep.send_signal(how)
+            out = sweep.communicate(timeout=180)[0].decode()
+        finally:
+            if sweep.poll() is None:
+                sweep.kill()
+        # the run records its own end (Ctrl-C: told by the sweep; kill -9: by the kernel's parent-death signal)
+        record = _wait_for(
+            lambda: (r := read_record(paths.runs_dir() / entry["run_id"]))["status"] != "running" and r, "its end"
+        )
+    assert entry["key"] == "slow" and record["status"] == "interrupted"
     if how == signal.SIGINT:
         assert sweep.returncode == 130, out
         assert SweepRecord.load(plan.sweep_id).entry("slow")["status"] == "interrupted"
-    # the run records its own end (Ctrl-C: told by the sweep; kill -9: by the kernel's parent-death signal)
-    record = _wait_for(
-        lambda: (r := read_record(paths.runs_dir() / entry["run_id"]))["status"] != "running" and r, "the run's end"
-    )
-    assert record["status"] == "interrupted"
 
     again = subprocess.run(xmcbench(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -16,6 +16,7 @@ runs never generate, download or prepare one dataset twice):
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Literal
 
 from xmcbench import fsutil, paths
@@ -27,18 +28,27 @@ from xmcbench.data.raw import raw_complete, raw_status
 from xmcbench.data.synth import make_synthetic_spec, materialize
 from xmcbench.errors import XmcbenchError
 
+log = logging.getLogger("xmcbench.data")
+
 # recipe / CLI spelling of the generator parameters -> synthesize's
 _SYNTH_KEYS = {"labels": "n_labels", "train": "n_train", "test": "n_test"}
 
 
 def dataset_lock(name: str, progress: bool = True):
-    """The lock held while dataset ``name`` is created, downloaded or prepared."""
+    """The lock held while dataset ``name`` is created, downloaded or prepared.
+
+    Waiting for another process is said on the terminal, or logged without one (a sweep's runs
+    write logs: a run that waits must say why).
+    """
     check_dataset_name(name)
-    return fsutil.file_lock(
-        paths.locks_dir() / f"{name.lower()}.lock",
-        on_wait=lambda msg: say_for(progress)(msg, highlight=False),
-        what=f"dataset {name}",
-    )
+
+    def on_wait(message: str) -> None:
+        if progress:
+            say_for(progress)(message, highlight=False)
+        else:
+            log.info(message)
+
+    return fsutil.file_lock(paths.locks_dir() / f"{name.lower()}.lock", on_wait=on_wait, what=f"dataset {name}")
 
 
 def load_dataset(
