@@ -79,7 +79,7 @@ def test_seeds(text, seeds):
     assert parse_seeds(text) == seeds
 
 
-@pytest.mark.parametrize("text", ["a,b", "0,0", "-1", "1-"])
+@pytest.mark.parametrize("text", ["a,b", "0,0", "-1", "1-", "5-2", "0-100000000"])
 def test_bad_seeds_are_refused(text):
     with pytest.raises(SweepError):
         parse_seeds(text)

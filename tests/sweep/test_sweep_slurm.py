@@ -149,3 +149,17 @@ def test_slurm_times(text, minutes):
 def test_bad_slurm_times(text):
     with pytest.raises(XmcbenchError):
         parse_time(text)
+
+
+def test_at_the_time_limit_the_run_is_stopped_then_requeued_to_resume():
+    import subprocess
+
+    from xmcbench.sweep.slurm import JobSpec, RunJob
+
+    spec = JobSpec("k", "run-1", False, "r.yaml", (), "/runs", "/db", 1, 1, 1)
+    job = RunJob()
+    job._child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    again = job.checkpoint(spec)
+    assert job._child.poll() is not None  # stopped before the requeue, not left running
+    assert again.args[0].resume is True and again.args[0].run_id == "run-1"
+    assert isinstance(again.function, RunJob)

@@ -104,11 +104,12 @@ def _show_status(sweep_id: str) -> None:
     from xmcbench.sweep.slurm import job_state
 
     record = SweepRecord.load(sweep_id)
+    sweep_id = record.sweep_id  # "latest" resolved
     runs_dir = Path(record.data["runs_dir"])
     states = {}
     for e in record.entries:
         if e.get("run_id") and e["status"] in ("running", "submitted", "queued", "interrupted", "failed"):
-            ended = outcome(runs_dir, e["run_id"], None, Path(e["log"]) if e.get("log") else None)
+            ended = outcome(runs_dir, e["run_id"], None, Path(e["log"]) if e.get("log") else None, e.get("expect"))
             if (runs_dir / e["run_id"]).exists():
                 e.update(ended)
         if record.data["launcher"] == "slurm":

@@ -98,6 +98,7 @@ def compute_facts(device: str, world_size: int) -> dict[str, Any]:
         "driver_version": None,
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
+        "cpu_threads": torch.get_num_threads(),  # what the run computed with (a sweep shares the cores)
         "ram_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3, 2)
         if hasattr(os, "sysconf")
         else None,

@@ -649,17 +649,17 @@ class Store:
             needs=("reference_results",),
         )
 
-    def add_sweep_runs(self, sweep_id: str, launcher: str, runs: Sequence[tuple[str, str, int | None]]) -> None:
-        """Record that sweep ``sweep_id`` started these runs: (run_id, run key, seed). Idempotent."""
-        if not runs:
-            return
+    def set_sweep_runs(self, sweep_id: str, launcher: str, runs: Sequence[tuple[str, str, int | None]]) -> None:
+        """The runs of sweep ``sweep_id`` now: (run_id, run key, seed), one per key; earlier ones are dropped."""
         self.ensure_schema()
         now = utcnow()
         with self._writing() as con:
-            con.executemany(
-                "INSERT OR REPLACE INTO sweeps VALUES (?, ?, ?, ?, ?, ?)",
-                [[sweep_id, run_id, key, seed, launcher, now] for run_id, key, seed in runs],
-            )
+            con.execute("DELETE FROM sweeps WHERE sweep_id = ?", [sweep_id])
+            if runs:
+                con.executemany(
+                    "INSERT INTO sweeps VALUES (?, ?, ?, ?, ?, ?)",
+                    [[sweep_id, run_id, key, seed, launcher, now] for run_id, key, seed in runs],
+                )
 
     def finished_with_recipe(self, recipe_hash: str) -> list[dict[str, Any]]:
         """Finished runs of the recipe with this hash (newest first): what a sweep need not run again."""

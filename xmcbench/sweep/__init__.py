@@ -20,7 +20,7 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.sweep.launch import Launch, code_version, decide, scored
 from xmcbench.sweep.plan import PlannedRun, SweepError, SweepPlan, expand, parse_grid, parse_seeds
 from xmcbench.sweep.record import SweepRecord, sweep_lock, sweep_path
-from xmcbench.sweep.slurm import SlurmOptions
+from xmcbench.sweep.slurm import SlurmOptions, still_queued
 
 __all__ = [
     "PlannedRun",
@@ -119,12 +119,15 @@ def run_sweep(
     gpu_ids = visible_gpus() if gpus is None else gpus
 
     with sweep_lock(plan.sweep_id):
-        record = SweepRecord.open(plan, command=command, launcher=launcher, runs_dir=runs_root, db=db_path)
+        record = SweepRecord.open(plan, command=command, launcher=launcher, runs_dir=runs_root, db=db_path, save=False)
         code = code_version()
         earlier = _earlier_runs(plan, db_path, force)
         launches: list[Launch] = []
         for run in plan.runs:
             entry = record.entry(run.key)
+            if not force and still_queued(plan.sweep_id, entry, runs_root):
+                entry["error"] = f"job {entry['job_id']} is still queued or running; not submitted twice"
+                continue
             action, launch, found = decide(
                 entry, run, runs_root, force=force, code=code, earlier=earlier.get(run.recipe_hash, [])
             )
@@ -144,7 +147,7 @@ def run_sweep(
             local.check(launches)  # before anything is written to the database
         record.save()
         with Store.open(db_path) as store:
-            store.add_sweep_runs(
+            store.set_sweep_runs(
                 plan.sweep_id,
                 launcher,
                 [(e["run_id"], e["key"], e["seed"]) for e in record.entries if e.get("run_id")],

@@ -13,6 +13,7 @@ processes), so a crash, an OOM kill or a stuck run never takes the sweep or the 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -65,11 +66,24 @@ def read_run(runs_dir: Path, run_id: str | None) -> dict[str, Any] | None:
         return None
 
 
+def _alive_here(record: dict[str, Any]) -> bool:
+    prov = record.get("provenance") or {}
+    return prov.get("host") == socket.gethostname() and pid_running(prov.get("pid"))
+
+
 def wait_until_stopped(runs_dir: Path, run_id: str, timeout_s: float = WAIT_FOR_DYING_S) -> dict[str, Any] | None:
-    """A run whose process is still alive (its sweep was just killed) gets a moment to record its end."""
+    """A run whose process on this host is still alive (its sweep was just killed) gets a moment to record its end.
+
+    A run on another host (a Slurm node) is taken at its record's word, without waiting.
+    """
     deadline = time.monotonic() + timeout_s
     record = read_run(runs_dir, run_id)
-    while record is not None and effective_status(record) == "running" and time.monotonic() < deadline:
+    while (
+        record is not None
+        and effective_status(record) == "running"
+        and _alive_here(record)
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
         record = read_run(runs_dir, run_id)
     return record

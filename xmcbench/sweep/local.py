@@ -18,8 +18,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -71,15 +73,46 @@ def _now_ms() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the sweep process dies (Linux; elsewhere nothing)."""
-    os.setsid()
+HELD = {signal.SIGINT, signal.SIGTERM}
+
+
+def _child_setup():
+    """The pre-exec hook: the child takes signals again, and gets SIGTERM when the sweep dies.
+
+    The sweep holds Ctrl-C and SIGTERM while it starts a run (so a started process is always
+    tracked), and a signal mask survives exec: the child unblocks them first. ``PR_SET_PDEATHSIG``
+    (Linux) is looked up here, in the parent: loading a library between fork and exec of a
+    threaded process can deadlock. A parent that died before the hook ran is noticed by its pid.
+    """
+    prctl = None
     if sys.platform.startswith("linux"):
         try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            prctl = None
+    parent = os.getpid()
+
+    def hook() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
+        if prctl is not None:
+            prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return hook
+
+
+@contextmanager
+def _signals_held():
+    """Ctrl-C and SIGTERM wait while a run is being started or the running ones stopped and recorded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
 
 
 class LocalLauncher:
@@ -135,14 +168,16 @@ class LocalLauncher:
                     if self.uses_gpu(launch):
                         if need > len(free_gpus):
                             continue
-                        ids, free_gpus = free_gpus[:need], free_gpus[need:]
-                        running.append(self._start(launch, ids, 0))
+                        ids, free_gpus, slots = free_gpus[:need], free_gpus[need:], 0
                     else:
                         if need > free_cpu:
                             continue
+                        ids, slots = [], need
                         free_cpu -= need
-                        running.append(self._start(launch, [], need))
-                    queue.remove(launch)
+                    with _signals_held():  # a started process is always in `running`, so always stopped
+                        queue.remove(launch)
+                        running.append(self._start(launch, ids, slots))
+                    self._started(running[-1])
                 for job in [j for j in running if j.process.poll() is not None]:
                     running.remove(job)
                     free_gpus = [g for g in self.gpus if g in free_gpus or g in job.gpus]
@@ -150,11 +185,11 @@ class LocalLauncher:
                     self._ended(job)
                 time.sleep(POLL_S if running else 0)
         except BaseException:
-            self._stop(running)
+            with _signals_held():  # a second Ctrl-C must not leave runs unstopped or unrecorded
+                self._stop(running)
             raise
 
     def _start(self, launch: Launch, gpus: list[str], cpu_slots: int) -> Running:
-        entry = self.sweep.entry(launch.run.key)
         log = self.logs / log_name(launch.run.key)
         env = dict(os.environ)
         env.pop("RANK", None), env.pop("WORLD_SIZE", None), env.pop("LOCAL_RANK", None)  # never inherit a rank
@@ -183,20 +218,23 @@ class LocalLauncher:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - setsid + parent-death signal, nothing else
+                start_new_session=True,  # its own process group: stopped as a whole, torchrun's workers too
+                preexec_fn=_child_setup(),  # noqa: PLW1509 - unblock signals, one prctl call
             )
-        entry.update(
-            run_id=launch.run_id,
+        return Running(launch, process, gpus, cpu_slots, log)
+
+    def _started(self, job: Running) -> None:
+        self.sweep.entry(job.launch.run.key).update(
+            run_id=job.launch.run_id,
             status="running",
             started_at=_now_ms(),
             ended_at=None,
-            devices=f"GPU {','.join(gpus)}" if gpus else "cpu",
+            devices=f"GPU {','.join(job.gpus)}" if job.gpus else "cpu",
             error=None,
-            log=str(log),
+            log=str(job.log),
         )
         self.sweep.save()
         self.on_change()
-        return Running(launch, process, gpus, cpu_slots, log)
 
     def _ended(self, job: Running) -> None:
         entry = self.sweep.entry(job.launch.run.key)

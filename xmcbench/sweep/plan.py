@@ -70,11 +70,15 @@ def parse_seeds(text: str | None) -> list[int]:
         part = part.strip()
         lo, dash, hi = part.partition("-")
         try:
-            values = range(int(lo), int(hi) + 1) if dash else [int(part)]
+            values = range(int(lo), int(hi) + 1) if dash else range(int(part), int(part) + 1)
         except ValueError:
             raise SweepError(
                 f"--seeds {text!r}: {part!r} is not a seed; give integers, e.g. --seeds 0,1,2 or 0-4"
             ) from None
+        if not values:
+            raise SweepError(f"--seeds {text!r}: the range {part} is empty; write it low-high, e.g. 0-4")
+        if len(seeds) + len(values) > MAX_RUNS:
+            raise SweepError(f"--seeds {text!r} gives more than {MAX_RUNS:,} seeds; split the sweep")
         seeds.extend(values)
     if any(s < 0 for s in seeds):
         raise SweepError(f"--seeds {text!r}: seeds are non-negative integers")

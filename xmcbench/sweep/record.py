@@ -105,8 +105,13 @@ class SweepRecord:
         return cls(data)
 
     @classmethod
-    def open(cls, plan: SweepPlan, *, command: str, launcher: str, runs_dir: Path, db: Path) -> SweepRecord:
-        """The record of ``plan``: the one a previous attempt left (runs matched by key), or a new one."""
+    def open(
+        cls, plan: SweepPlan, *, command: str, launcher: str, runs_dir: Path, db: Path, save: bool = True
+    ) -> SweepRecord:
+        """The record of ``plan``: the one a previous attempt left (runs matched by key), or a new one.
+
+        ``save=False``: not written until the caller has checked the sweep can start.
+        """
         previous = cls.load(plan.sweep_id) if sweep_path(plan.sweep_id).exists() else None
         before = {e["key"]: e for e in previous.entries} if previous else {}
         now = utc_now()
@@ -131,6 +136,7 @@ class SweepRecord:
                 "ended_at": None,
                 "kept": False,  # finished earlier (this sweep, or the same recipe, code and data): not run again
                 "floors_missed": [],  # the recipe's expect: floors this run misses
+                "expect": dict(run.recipe.expect),
             }
             if old is not None and old.get("recipe_hash") == run.recipe_hash:
                 entry.update({k: old.get(k, entry[k]) for k in CARRIED})
@@ -150,7 +156,8 @@ class SweepRecord:
             "runs": runs,
         }
         record = cls(data)
-        record.save()
+        if save:
+            record.save()
         return record
 
     def below_floor(self) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ from xmcbench.sweep.launch import Launch, outcome, run_command
 from xmcbench.sweep.record import SweepRecord, sweep_folder
 
 RDZV_PORT_BASE = 29_500
+SIGNAL_DELAY_S = 120  # Slurm warns the job this long before its time limit
+STOP_BEFORE_REQUEUE_S = 100  # of which the run gets this long to record itself and exit
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ def check_available(options: SlurmOptions) -> None:
             f"--launcher slurm needs Slurm's {' and '.join(missing)} on PATH: run the sweep from a login node "
             "of the cluster (or use --launcher local on this machine)"
         )
+    if options.gpus_per_node < 1:
+        raise XmcbenchError("--gpus-per-node must be at least 1 (the GPUs each node of the partition has)")
     if options.executor not in ("slurm", "local"):
         raise XmcbenchError(f"unknown Slurm executor {options.executor!r}; use slurm (or local for tests)")
 
@@ -126,13 +131,13 @@ def executor_for(folder: Path, options: SlurmOptions, nodes: int, gpus_per_node:
     if options.executor == "slurm":
         params.update(
             nodes=nodes,
-            gpus_per_node=gpus_per_node,
+            gpus_per_node=gpus_per_node or None,  # a CPU run asks for no GPU option at all
             cpus_per_task=options.cpus_per_task,
             mem_gb=options.mem_gb,
             slurm_partition=options.partition,
             slurm_account=options.account,
             slurm_qos=options.qos,
-            slurm_signal_delay_s=120,  # time for a run to write its record and checkpoint
+            slurm_signal_delay_s=SIGNAL_DELAY_S,  # time for a run to write its record and checkpoint
         )
     executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
     return executor
@@ -167,15 +172,29 @@ class RunJob:
             rdzv_id=f"{spec.run_id}-{job_id}",
         )
         print("running:", " ".join(command), flush=True)
-        returncode = subprocess.run(command, env=env, stdin=subprocess.DEVNULL).returncode
-        return {"run_id": spec.run_id, "returncode": returncode}
+        # its own process group: Slurm's warning signal reaches this process (submitit's handler),
+        # and the run is then stopped with SIGTERM so it records itself before the requeue
+        self._child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        return {"run_id": spec.run_id, "returncode": self._child.wait()}
 
     def checkpoint(self, spec: JobSpec):
-        """At the time limit or on pre-emption: requeue the job, resuming the run."""
+        """At the time limit or on pre-emption: stop the run (it records "interrupted"), requeue, resume."""
         import submitit
 
+        child = getattr(self, "_child", None)
+        if child is not None and child.poll() is None:
+            try:
+                os.killpg(child.pid, signal.SIGTERM)
+                child.wait(timeout=STOP_BEFORE_REQUEUE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         resumed = JobSpec(**{**spec.__dict__, "resume": True})
         return submitit.helpers.DelayedSubmission(RunJob(), resumed)
+
+    def __getstate__(self) -> dict:
+        return {}  # the child process is this job's, never pickled into the next one
 
 
 def submit(sweep: SweepRecord, launches: list[Launch], options: SlurmOptions, *, runs_dir: Path, db: Path) -> list[Any]:
@@ -221,7 +240,7 @@ def submit(sweep: SweepRecord, launches: list[Launch], options: SlurmOptions, *,
                 log=str(job.paths.stdout).replace("%j", str(job.job_id)),
             )
             jobs.append((spec, job))
-    sweep.save()
+        sweep.save()  # after each array job: a later sbatch failure must not lose these job ids
     return jobs
 
 
@@ -238,15 +257,35 @@ def wait(
             if not job.done():
                 continue
             pending.remove((spec, job))
-            returncode = None
+            returncode, job_error = None, None
             try:
                 returncode = job.result()["returncode"]
             except Exception as exc:  # noqa: BLE001 - the job itself failed (killed, not started): say so
-                sweep.entry(spec.key)["error"] = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else None
-            sweep.entry(spec.key).update(outcome(runs_dir, spec.run_id, returncode, None, expect.get(spec.key)))
+                lines = str(exc).strip().splitlines()
+                job_error = f"the Slurm job failed: {lines[-1][:300]}" if lines else "the Slurm job failed"
+            entry = sweep.entry(spec.key)
+            entry.update(outcome(runs_dir, spec.run_id, returncode, None, expect.get(spec.key)))
+            if entry["status"] in ("running", "submitted"):  # the job is over: the run cannot still be going
+                entry["status"] = "failed"
+                entry["error"] = job_error or "the job ended without the run recording its end (killed by Slurm?)"
+            elif job_error and entry["status"] != "finished":
+                entry["error"] = job_error
             sweep.save()
             on_change()
         time.sleep(0.5 if pending else 0)
+
+
+ACTIVE_STATES = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED", "REQUEUE_HOLD")
+
+
+def still_queued(sweep_id: str, entry: dict[str, Any], runs_dir: Path) -> bool:
+    """A submitted run whose job may still start or be running (no record of its end yet)."""
+    if entry.get("status") != "submitted" or not entry.get("job_id"):
+        return False
+    if (runs_dir / (entry.get("run_id") or "-") / "record.json").exists():
+        return False  # it started: its record decides
+    state = job_state(sweep_id, entry["job_id"])
+    return state is None or state.split()[0] in ACTIVE_STATES  # unknown: never submit twice (--force does)
 
 
 def job_state(sweep_id: str, job_id: str | None) -> str | None:
