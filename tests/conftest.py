@@ -4,6 +4,7 @@
   nothing is written outside temp folders and nothing tries the network;
 - ``synth_raw_dir``: a small synthetic dataset in the raw LF format, generated once per session
   (treat it as read-only; copy it before changing anything); ``synth_params`` are its parameters;
+- ``tiny_encoder_dir``: a 2-layer BERT with MiniLM's tokenizer (methods and Hub tests train and push it);
 - ``synth_dataset``: that dataset registered under the test's home as the local dataset
   ``synth-test``, its raw files in place, so ``load_dataset("synth-test")`` prepares and loads it.
 """
@@ -51,3 +52,29 @@ def synth_dataset(synth_raw_dir):
     for name in spec.files:
         shutil.copyfile(synth_raw_dir / name, raw / name)
     return spec
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory):
+    """A tiny real BERT (random weights, MiniLM's tokenizer) saved as a model folder; returns its path."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from xmcbench.encoders import resolve_model_path
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )  # deterministic training
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_hub import FakeHub  # noqa: E402
+from fake_hub import FAKE_TOKEN, FakeHub  # noqa: E402
 
-FAKE_TOKEN = "hf_FakeTokenForXmcbenchTests0123456789"
 METHOD_YAML = {
     "dexml": "{name: dexml, regime: hard_negatives, hard_negatives: 2, shortlist_k: 10, refresh_every: 1, temperature: 0.1}",
     "unidec": "{name: unidec, dim: 16, positives_per_query: 1, hard_negatives: 1, shortlist_k: 10, refresh_every: 1}",
@@ -49,32 +48,7 @@ def hub(monkeypatch, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def hub_tiny_encoder(tmp_path_factory):
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from xmcbench.encoders import resolve_model_path
-
-    folder = tmp_path_factory.mktemp("hub-tiny-bert")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
-@pytest.fixture(scope="session")
-def trained(tmp_path_factory, hub_tiny_encoder):
+def trained(tmp_path_factory, tiny_encoder_dir):
     """{method: run folder} of tiny finished runs (2 epochs, 60 labels), plus the home they used."""
     from xmcbench.run import load_recipe, run_recipe
 
@@ -90,7 +64,7 @@ def trained(tmp_path_factory, hub_tiny_encoder):
                 f"name: tiny-{method}\n"
                 "dataset: {name: synth-hub, synthetic: {labels: 60, train: 200, test: 60, seed: 1}}\n"
                 f"method: {yaml}\n"
-                f"encoder: {{name: '{hub_tiny_encoder}', max_length: 16}}\n"
+                f"encoder: {{name: '{tiny_encoder_dir}', max_length: 16}}\n"
                 "training: {epochs: 1, batch_size: 32, lr: 0.001, warmup_ratio: 0.0}\n"
                 "evaluation: {k: [1, 5], top_k: 10, bootstrap: 20}\n"
                 "hardware: {devices: cpu}\n"

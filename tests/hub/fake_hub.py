@@ -38,6 +38,9 @@ import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+FAKE_TOKEN = "hf_FakeTokenForXmcbenchTests0123456789"  # the token the fake Hub knows (user "tester")
+
+
 LFS_SUFFIXES = (".safetensors", ".bin", ".npy", ".npz", ".pt", ".h5", ".onnx")
 TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
 PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from conftest import FAKE_TOKEN
+from fake_hub import FAKE_TOKEN
 
 from xmcbench.hub.card import base_model, metric_type, render_card
 

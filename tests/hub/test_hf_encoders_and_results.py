@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FAKE_TOKEN
+from fake_hub import FAKE_TOKEN
 
 import xmcbench.hub as xh
 from xmcbench import paths
@@ -31,14 +31,14 @@ def test_parse_hub_ref():
 
 @pytest.mark.slow
 def test_recipe_with_an_hf_encoder_runs_from_the_hub_and_then_offline(
-    hub, run_copy, trained, hub_tiny_encoder, tmp_path, monkeypatch
+    hub, run_copy, trained, tiny_encoder_dir, tmp_path, monkeypatch
 ):
     import huggingface_hub.constants as c
 
     from xmcbench.encoders import TextEncoder
     from xmcbench.run import load_recipe, run_recipe
 
-    sha = _publish_encoder(hub, hub_tiny_encoder)
+    sha = _publish_encoder(hub, tiny_encoder_dir)
     recipe = tmp_path / "zs.yaml"
     recipe.write_text(
         "name: zs-hub\n"
@@ -62,7 +62,7 @@ def test_recipe_with_an_hf_encoder_runs_from_the_hub_and_then_offline(
 
     # same embeddings as the local folder it was published from
     texts = ["red running shoes", "roman history"]
-    local = TextEncoder(hub_tiny_encoder, max_length=16).encode(texts)
+    local = TextEncoder(tiny_encoder_dir, max_length=16).encode(texts)
     np.testing.assert_allclose(TextEncoder("hf://authors/tiny-encoder", max_length=16).encode(texts), local, atol=1e-6)
 
     # offline: the cache answers, no request is made
@@ -179,13 +179,13 @@ def test_hub_recipes_name_released_checkpoints():
 
 
 @pytest.mark.slow
-def test_a_hub_recipe_runs_against_its_checkpoint(hub, run_copy, hub_tiny_encoder, tmp_path):
+def test_a_hub_recipe_runs_against_its_checkpoint(hub, run_copy, tiny_encoder_dir, tmp_path):
     """The shipped recipe, unchanged but for the dataset, evaluates the repo it names (here a stand-in)."""
     from xmcbench.run import load_recipe, run_recipe
 
     path = next(p for p in RECIPES if "131k" in p.name)
     repo = load_recipe(path).encoder.name.removeprefix("hf://")
-    sha = _publish_encoder(hub, hub_tiny_encoder, repo)
+    sha = _publish_encoder(hub, tiny_encoder_dir, repo)
     recipe = load_recipe(
         path, ["dataset.name=synth-hub", "encoder.max_length=16", "evaluation.bootstrap=0", "hardware.devices=cpu"]
     )

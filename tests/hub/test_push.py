@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import FAKE_TOKEN
+from fake_hub import FAKE_TOKEN
 from scipy import sparse
 
 import xmcbench.hub as xh

@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from conftest import FAKE_TOKEN
+from fake_hub import FAKE_TOKEN
 
 import xmcbench.hub as xh
 from xmcbench import paths

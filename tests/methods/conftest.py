@@ -1,32 +1,7 @@
-"""Fixtures for method tests: a tiny real BERT (random weights, MiniLM's tokenizer) so that a
-dual-encoder method trains for real in seconds on CPU."""
+"""Fixtures for method tests: recipes on the tiny real BERT of ``tests/conftest.py`` (``tiny_encoder_dir``)
+so that a dual-encoder method trains for real in seconds on CPU."""
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def tiny_encoder_dir(tmp_path_factory):
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from xmcbench.encoders import resolve_model_path
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )  # deterministic training
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.fixture

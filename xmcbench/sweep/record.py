@@ -36,7 +36,6 @@ CARRIED = (
     "kept",
     "floors_missed",
 )
-STATUSES = ("queued", "submitted", "running", "finished", "failed", "interrupted", "skipped")
 
 
 def sweeps_dir() -> Path:
