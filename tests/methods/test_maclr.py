@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
+from xmcbench.errors import XmcbenchError
 from xmcbench.methods.base import TrainTask
 from xmcbench.methods.maclr import MaclrMethod, binarise, ict_pairs, tfidf_topk
 from xmcbench.recipe import RecipeError
@@ -91,19 +92,43 @@ def test_k0_above_instances_is_refused_at_validation(tiny_recipe, extra, key, wo
     assert key in str(err.value) and words in str(err.value)
 
 
-def test_zero_shot_on_a_dataset_without_titles_is_refused(tmp_path):
+@pytest.mark.parametrize("dataset", ["EURLex-4K", "Wiki10-31K", "AmazonCat-13K"])  # raw text, no title field
+def test_zero_shot_on_a_dataset_without_titles_is_refused(tmp_path, dataset):
     from xmcbench.run import load_recipe
 
     path = tmp_path / "r.yaml"
-    path.write_text("name: x\ndataset: {name: EURLex-4K}\nsupervision: {mode: zero_shot}\nmethod: {name: maclr}\n")
+    path.write_text(
+        f"name: x\ndataset: {{name: {dataset}}}\nsupervision: {{mode: zero_shot}}\nmethod: {{name: maclr}}\n"
+    )
     with pytest.raises(RecipeError) as err:
         load_recipe(path)
     assert "needs instance titles" in str(err.value) and "pretrain: false" in str(err.value)
+    assert "stage1_steps: 0" in str(err.value)
     path.write_text(
-        "name: x\ndataset: {name: EURLex-4K}\nsupervision: {mode: few_shot, label_fraction: 0.05}\n"
+        f"name: x\ndataset: {{name: {dataset}}}\nsupervision: {{mode: few_shot, label_fraction: 0.05}}\n"
         "method: {name: maclr, pretrain: false, k0: 8}\n"
     )
     assert load_recipe(path).method.name == "maclr"  # the named switch works
+    path.write_text(
+        f"name: x\ndataset: {{name: {dataset}}}\nsupervision: {{mode: zero_shot}}\n"
+        "method: {name: maclr, stage1_steps: 0}\n"
+    )
+    assert load_recipe(path).method.stage1_steps == 0  # the other named switch: Stage II only
+
+
+def test_stage1_steps_zero_self_trains_without_titles(tiny_recipe, tmp_path, monkeypatch):
+    """The switch the no-title error names really runs: no ICT pairs are asked for, Stage II trains."""
+    import xmcbench.run.phases as phases
+
+    monkeypatch.setattr(phases, "_titles_and_contents", lambda dataset: (None, None))  # a dataset without titles
+    recipe = tiny_recipe(TINY.replace("stage1_steps: 4", "stage1_steps: 0"), extra="supervision: {mode: zero_shot}\n")
+    result = run_recipe(recipe, runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
+    acc = result.record["accounting"]
+    assert result.record["status"] == "finished"
+    assert "ict_pairs" not in acc and acc["stage2_steps"] == 2 and acc["stage2_pseudo_pairs"] > 0
+    with_stage1 = tiny_recipe(TINY, extra="supervision: {mode: zero_shot}\n")  # and ICT still refuses, clearly
+    with pytest.raises(XmcbenchError, match="needs instance titles"):
+        run_recipe(with_stage1, runs_dir=tmp_path / "runs2", db=tmp_path / "db2.duckdb", progress=False)
 
 
 @pytest.mark.slow  # prepares a dataset and runs the whole pipeline: ~20 s on an idle 2-core machine
@@ -161,3 +186,51 @@ def test_paper_recipe_runs_on_a_local_copy_and_shows_next_to_the_paper(tiny_enco
     assert any(
         r["kind"] == "published" and r["method"].startswith("MACLR") and r["setting"] == "zero-shot" for r in rows
     )
+
+
+@pytest.mark.slow  # two whole runs on the tiny BERT: ~10 s on an idle 2-core machine
+@pytest.mark.parametrize("recipe_file", ["lf-amazon-1m-zero-shot.yaml", "lf-amazon-1m-few-shot-5pct.yaml"])
+def test_lf_amazon_1m_recipes_run_on_files_laid_out_as_maclrs_copy(tiny_encoder_dir, tmp_path, recipe_file):
+    """The LF-Amazon-1M paper recipes end to end on synthetic files in the layout of MACLR's release
+    (plain trn.json / tst.json / lbl.json JSON lines): ICT reads its titles from trn.json."""
+    import gzip
+    from pathlib import Path
+
+    from xmcbench import paths
+    from xmcbench.data.synth import synthesize
+    from xmcbench.run import load_recipe
+
+    src = synthesize(tmp_path / "synth", n_labels=60, n_train=300, n_test=40, seed=4)
+    raw = paths.dataset_raw_dir("LF-Amazon-1M")
+    raw.mkdir(parents=True)
+    for name in ("trn.json", "tst.json", "lbl.json"):  # MACLR's archive holds them uncompressed
+        (raw / name).write_bytes(gzip.decompress((src / f"{name}.gz").read_bytes()))
+
+    repo = Path(__file__).resolve().parents[2]
+    overrides = [
+        f"encoder.name={tiny_encoder_dir}",
+        "encoder.max_length=16",
+        "encoder.label_max_length=8",
+        "method.stage1_steps=2",
+        "method.stage2_steps=1",
+        "method.k0=4",
+        "method.t_k=1",
+        "method.t_update=1",
+        "method.label_negatives=4",
+        "method.projection_dim=8",
+        "training.batch_size=16",
+        "evaluation.bootstrap=0",
+        "hardware.devices=cpu",
+    ]
+    if "few-shot" in recipe_file:
+        overrides.append("method.finetune_steps=2")
+    recipe = load_recipe(repo / "recipes/maclr" / recipe_file, overrides)
+    result = run_recipe(recipe, progress=False)
+    rec = result.record
+    assert rec["status"] == "finished" and rec["task"]["dataset"] == "LF-Amazon-1M"
+    assert rec["accounting"]["ict_pairs"] > 0  # titles came from trn.json
+    sup = rec["accounting"]["supervision"]
+    if "few-shot" in recipe_file:
+        assert sup["mode"] == "few_shot" and sup["labels_sampled"] == 3 and rec["accounting"]["finetune_pairs"] > 0
+    else:
+        assert sup["mode"] == "zero_shot" and sup["train_pairs"] == 0

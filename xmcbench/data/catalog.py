@@ -2,8 +2,9 @@
 
 A ``DatasetSpec`` says everything xmcbench needs to know about one dataset before touching it:
 its raw format and files, its download sources (Google Drive by default, or any URL, Hugging Face
-Hub repository or local folder), the counts the papers report, which text is the query (title
-only, or title + content) and the propensity A/B of the inverse-propensity metrics.
+Hub repository or local folder; ``manual`` where the files can only be fetched by hand), the
+counts the papers report, which text is the query (title only, or title + content) and the
+propensity A/B of the inverse-propensity metrics.
 
 The built-in specs are read from ``catalog.yaml`` beside this module (one entry per raw group,
 its title-only and full-text variants listed under it). Local specs (synthetic datasets,
@@ -48,8 +49,10 @@ class Source(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["gdrive", "url", "hf", "local", "synthetic"]
-    ref: str  # drive id | URL | "ORG/REPO" | directory | "" for synthetic
+    # manual: no file can be fetched automatically (a Google Drive *folder*); ``ref`` says where
+    # to get the files by hand, and a plain download stops with that advice before fetching anything
+    kind: Literal["gdrive", "url", "hf", "local", "synthetic", "manual"]
+    ref: str  # drive id | URL | "ORG/REPO" | directory | "" for synthetic | where to download by hand
     filename: str | None = None  # name to save as (gdrive/url)
     archive: bool = False  # extract after download (.zip/.tar/.tar.gz/.tgz)
     subdir: str | None = None  # folder inside the archive/repo that holds the files

@@ -86,7 +86,16 @@ def describe_source(source: Source) -> str:
 
 def default_sources(spec: DatasetSpec) -> list[Source]:
     """What a plain download fetches (``DatasetSpec.default_sources``); none for a dataset made
-    locally (synthetic)."""
+    locally (synthetic). A ``manual`` source raises DownloadError saying where to get the files."""
     if not spec.sources:
         return []
-    return [s for s in spec.default_sources() if s.kind != "synthetic"]
+    chosen = [s for s in spec.default_sources() if s.kind != "synthetic"]
+    manual = next((s for s in chosen if s.kind == "manual"), None)
+    if manual is not None:  # nothing to fetch: say where the files are before any download starts
+        folder = f" (its {manual.subdir} folder)" if manual.subdir else ""
+        raise DownloadError(
+            f"{spec.name} cannot be downloaded automatically: get {', '.join(spec.files)} by hand from "
+            f"{redact(manual.ref)}{folder}, then run `xmcbench datasets download {spec.name} --source DIR` "
+            "with DIR the folder that holds them"
+        )
+    return chosen

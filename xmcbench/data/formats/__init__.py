@@ -8,9 +8,11 @@ can give, and two readers that ``prepare`` streams into the cache:
 
 ``files`` maps each spec file name to its path on disk. Formats are registered lazily (the
 module is imported on first use) in ``FORMATS``; ``get_format`` raises an XmcbenchError naming
-the known formats for an unknown one. Built in: ``lf-json`` (the XC repository's LF datasets),
-``lf-wikipedia-raw`` (LF-Wikipedia-500K's raw variant) and ``eurlex-raw`` (XR-Transformer's
-EURLex-4K).
+the known formats for an unknown one. Built in: ``lf-json`` (the XC repository's LF datasets, and
+MACLR's copy of LF-Amazon-1M), ``lf-wikipedia-raw`` (LF-Wikipedia-500K's raw variant),
+``eurlex-raw`` (XR-Transformer's EURLex-4K), ``zestxml-raw`` (ZestXML's own GZ releases, for a
+local spec) and ``aplc-csv`` (XLNet-APLC's Wiki10-31K and AmazonCat-13K). A spec file name may
+hold a folder (``raw/trn_X.txt``): it is looked up under the raw folder as written.
 """
 
 from __future__ import annotations

@@ -1,19 +1,29 @@
-"""The ``zestxml-raw`` format: the raw-text release of ZestXML's GZ-Amazon-1M, MACLR's "LF-Amazon-1M".
+"""The ``zestxml-raw`` format: ZestXML's own release of its GZ datasets (GZ-Amazon-1M, GZ-EURLex-4.3K, ...).
 
 MACLR (App. A): "LF-Amazon-1M ... is available from the ZestXML paper (Gupta et al., 2021)",
-https://github.com/nilesh2797/zestxml (README: "GZ-Amazon-1M", 914,179 train / 1,465,767 test
-points, 476,381 seen + 483,725 unseen = 960,106 labels; download link in the README).
+https://github.com/nilesh2797/zestxml (README: all datasets in one Google Drive archive,
+1Cyi40UP9b527DiPrfJuvqmwm8OUUii0o; GZ-EURLex-4.3K alone as 1j27bQZol6gOQ7AATawShcF4jXJr3Venb).
+The built-in LF-Amazon-1M reads MACLR's own copy instead (LF JSON lines, see catalog.yaml); this
+format is for a local spec over ZestXML's files.
 
-What the public code shows (``run.sh``): a dataset folder holds ``trn_X_Y.txt`` / ``tst_X_Y.txt``
-(label matrices, the XC sparse text format with a ``rows cols`` header, read by
-``xc_sparse.read_sparse_text``), ``trn_X_Xf.txt``, ``tst_X_Xf.txt``, ``Y_Yf.txt`` (BoW features,
-not used here), ``Xf.txt`` and ``Yf.txt`` (feature vocabularies).
+What the public code shows, per dataset folder:
 
-NOT CHECKED against a real file here (no copy was available): the raw texts. This reader expects
-``raw/trn_X.txt``, ``raw/tst_X.txt`` and ``raw/Y.txt`` (stored flat as ``trn_X.txt``, ``tst_X.txt``,
-``Y.txt``): one text per line, line i = row i of the label matrix; a line ``title<TAB>content``
-gives the instance a title (ICT material), a line without a tab is all content. If the release
-differs, this is the one file to change.
+- ``trn_X_Y.txt`` / ``tst_X_Y.txt``: (documents x labels) relevance matrices in the XC sparse
+  text format (README "Text sparse matrix format": a ``rows cols`` header line, then one line per
+  row of ``index:value``, indices from 0), read by ``xc_sparse.read_sparse_text``; run.sh passes
+  them as ``-trn_X_Y`` / ``-tst_X_Y``;
+- ``raw/trn_X.txt``, ``raw/tst_X.txt``, ``raw/Y.txt``: the raw texts, one per line, line i = row i
+  of the matrix (its data-process.ipynb reads ``[x.strip() for x in open('<dataset>/raw/trn_X.txt')]``
+  and fits its tf-idf on them; ``Y.txt`` gives the label texts the ``__label__<i>__<text>``
+  features are made from);
+- ``trn_X_Xf.txt``, ``tst_X_Xf.txt``, ``Y_Yf.txt``, ``Xf.txt``, ``Yf.txt``: tf-idf features and
+  their vocabularies, not used here.
+
+NOT CHECKED against a real file here (no copy could be fetched), and assumed: whether a raw line
+carries a separate title. A line ``title<TAB>content`` (how MACLR's code writes an instance,
+``title + '\t' + content``) gives the instance a title (ICT material); a line without a tab is
+all content, with no title. The files are read as UTF-8 with HTML entities decoded once, like
+every other format. If the release differs, this is the one file to change.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from xmcbench.data.formats.xc_sparse import read_sparse_text
 from xmcbench.errors import DataFormatError
 
 _LABEL_FILES = {"train": "trn_X_Y.txt", "test": "tst_X_Y.txt"}
+LABEL_TEXTS = "raw/Y.txt"
 
 
 def split_title(line: str) -> tuple[str, str]:
@@ -43,14 +54,21 @@ def read_titles_and_contents(path: Path) -> tuple[list[str], list[str]]:
 
 
 def _read_labels(spec, files: dict[str, Path], progress: bool) -> Iterator[tuple[list[str], list[str]]]:
-    names = [line.strip() for line in read_text_lines(files["Y.txt"])]
+    names = [line.strip() for line in read_text_lines(files[LABEL_TEXTS])]
     yield names, [""] * len(names)
 
 
 def _read_split(spec, files: dict[str, Path], split: str, n_labels: int, progress: bool) -> Iterator[QueryChunk]:
     texts_path = files[FORMAT.split_files[split]]
     titles, contents = read_titles_and_contents(texts_path)
-    labels = read_sparse_text(files[_LABEL_FILES[split]], n_cols=n_labels)
+    labels = read_sparse_text(files[_LABEL_FILES[split]])  # the header's width, checked below
+    if labels.shape[1] != n_labels:
+        raise DataFormatError(
+            files[_LABEL_FILES[split]],
+            1,
+            f"has {labels.shape[1]} label columns but {LABEL_TEXTS} names {n_labels} labels; "
+            "the two files must come from the same release",
+        )
     if labels.shape[0] != len(titles):
         raise DataFormatError(
             files[_LABEL_FILES[split]],
@@ -63,8 +81,8 @@ def _read_split(spec, files: dict[str, Path], split: str, n_labels: int, progres
 
 FORMAT = Format(
     name="zestxml-raw",
-    split_files={"train": "trn_X.txt", "test": "tst_X.txt"},
-    required_files=("trn_X.txt", "tst_X.txt", "Y.txt", "trn_X_Y.txt", "tst_X_Y.txt"),
+    split_files={"train": "raw/trn_X.txt", "test": "raw/tst_X.txt"},
+    required_files=("raw/trn_X.txt", "raw/tst_X.txt", LABEL_TEXTS, "trn_X_Y.txt", "tst_X_Y.txt"),
     query_texts=("text",),
     label_text="name",
     read_labels=_read_labels,
