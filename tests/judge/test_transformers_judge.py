@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from judge_helpers import PAIRS  # noqa: E402
+from judge_helpers import PAIRS, QWEN_05B  # noqa: E402
 
 from xmcbench.judge import JudgeError, load_prompt  # noqa: E402
 from xmcbench.judge.model_files import resolve_model  # noqa: E402
@@ -83,7 +83,11 @@ def test_a_second_run_of_the_smoke_recipe_asks_the_judge_nothing(qwen_folder, tm
     from xmcbench.run import load_recipe, run_recipe
 
     monkeypatch.setenv("XMCBENCH_JUDGE_MODELS", str(qwen_folder.parent))
-    recipe = load_recipe(REPO / "recipes" / "lmtx" / "smoke.yaml")
+    # the smoke recipe, with the 0.5B test judge and few documents (the 1.5B judge is the smoke run's)
+    recipe = load_recipe(
+        REPO / "recipes" / "smoke" / "lmtx.yaml",
+        [f"method.judge.model={QWEN_05B}", "method.dev_docs=8", "method.train_docs=16", "method.max_cycles=1"],
+    )
     first = run_recipe(recipe, runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
     second = run_recipe(recipe, runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
     assert first.record["accounting"]["judge"]["asked"] > 0

@@ -31,12 +31,15 @@ How the data is made (vectorised; LF-AmazonTitles-1.3M's size takes a few minute
    pre-trained encoder, which only see surface forms, are weak. Queries are title + body.
 6. Raw texts carry HTML entities like the real files (a few filler words are ``&amp;`` and
    ``&#8217;s``); some contents (and a very few titles) are empty.
+8. ``lexicon: english`` (default ``pseudo``): real English category labels and member words, for
+   methods whose teacher must *know* something (an LLM judge); see ``synth_english``.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -45,6 +48,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source, check_dataset_name
 from xmcbench.data.formats.lf_json import orjson, write_lines
 from xmcbench.data.raw import record_manifest
+from xmcbench.data.synth_english import check_labels as check_english_labels
+from xmcbench.data.synth_english import generate as generate_english
 
 _ONSETS = [
     "b",
@@ -107,12 +112,16 @@ class SynthParams(BaseModel):
     empty_title_fraction: float = Field(default=0.001, ge=0.0, le=1.0)
     compresslevel: int = Field(default=6, ge=0, le=9)
     paraphrase: bool = False  # queries paraphrase their labels (module docstring, item 7)
+    # "english": category labels and real member words instead of pseudo-words (synth_english.py)
+    lexicon: Literal["pseudo", "english"] = "pseudo"
 
     @model_validator(mode="after")
     def _fill_topics(self) -> SynthParams:
         if self.n_topics is None:
             self.n_topics = max(2, self.n_labels // 40)
         self.n_topics = min(self.n_topics, self.n_labels)
+        if self.lexicon == "english":
+            check_english_labels(self.n_labels)
         return self
 
 
@@ -388,6 +397,9 @@ def synthesize(out_dir: Path, n_labels: int, n_train: int, n_test: int, seed: in
     p = SynthParams(n_labels=n_labels, n_train=n_train, n_test=n_test, seed=seed, **options)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if p.lexicon == "english":
+        generate_english(p, out_dir, _dumps, write_lines)
+        return out_dir
     rng = np.random.default_rng(p.seed)
     labels = _Labels(p, rng)
     vocab = _Vocab(p, labels.n_own, rng)
@@ -449,6 +461,8 @@ def make_synthetic_spec(
         del synthetic["paraphrase"]  # specs saved before the option existed stay equal
     elif query_text == "title":
         query_text = "title+content"  # a paraphrase dataset is full-text, like LF-Amazon-131K
+    if p.lexicon == "pseudo":
+        del synthetic["lexicon"]  # likewise
     return DatasetSpec(
         name=name,
         raw_group=name,

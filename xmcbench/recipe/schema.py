@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from xmcbench.data.synth_english import check_labels as check_english_labels
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import check_name
 from xmcbench.metrics.names import FAMILIES, is_metric_name
@@ -57,6 +58,14 @@ class SyntheticSpec(Section):
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     # queries paraphrase their labels; instances are title + body (xmcbench.data.synth, item 7)
     paraphrase: bool = False
+    # real English category labels and member words (xmcbench.data.synth_english), at most 40 labels
+    lexicon: Literal["pseudo", "english"] = "pseudo"
+
+    @model_validator(mode="after")
+    def _english_has_enough_categories(self) -> SyntheticSpec:
+        if self.lexicon == "english":
+            check_english_labels(self.labels)
+        return self
 
 
 class DatasetSection(Section):
