@@ -93,3 +93,27 @@ def test_a_second_run_of_the_smoke_recipe_asks_the_judge_nothing(qwen_folder, tm
     assert first.record["accounting"]["judge"]["asked"] > 0
     assert second.record["accounting"]["judge"]["asked"] == 0
     assert second.record["accounting"]["judge"]["cache_hits"] > 0
+
+
+@pytest.mark.slow
+def test_judge_eval_runs_the_real_small_judge_on_the_english_dataset(qwen_folder, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from xmcbench.cli import app
+    from xmcbench.data.load import load_dataset
+
+    monkeypatch.setenv("XMCBENCH_JUDGE_MODELS", str(qwen_folder.parent))
+    load_dataset(
+        "synth-judge-en",
+        synthetic={"labels": 20, "train": 60, "test": 10, "seed": 0, "lexicon": "english"},
+        progress=False,
+    )
+    args = ["judge", "eval", "--dataset", "synth-judge-en", "--model", QWEN_05B, "--prompt", "eurlex-4k"]
+    result = CliRunner().invoke(app, args + ["--sample", "6", "--no-injection", "--threads", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["n_pairs"] == 12 and out["judge"]["asked"] == 12 and out["judge"]["backend"] == "transformers"
+    assert out["judge"]["revision"] == QWEN_05B.rsplit("=", 1)[1] and 0 <= out["auc"] <= 1
+    assert 0 < out["mean_p_pos"] < 1 and 0 < out["mean_p_neg"] < 1
