@@ -1,7 +1,7 @@
 """One runner for issue #16's rows: xmcbench's figure next to a peer's (or a floor's), measured in one run.
 
     python -m benchmarks                 # the issue's shapes (several minutes on 2 cores)
-    python -m benchmarks --quick         # small shapes, < 60 s: a CI-like check that every row runs
+    python -m benchmarks --quick         # small shapes, about a minute: a CI-like check that every row runs
     python -m benchmarks --only search --json out.json
 
 Each benchmark prints one row and adds a record to the JSON file: xmcbench's seconds, the peer's
@@ -12,8 +12,10 @@ Timings on a shared machine are noisy: read the ratios, not the absolute seconds
 Rows (``--only`` names): ``metrics32`` / ``metrics64`` (evaluate, float32 and float64 scores; peer:
 napkinXC on a subset, extrapolated, and the float32 path for float64), ``metrics1m`` (1M rows: time
 and peak memory), ``search`` (exact top-100; peers faiss IndexFlatIP and a bare torch matmul),
-``prepare`` (synthetic LF-AmazonTitles-1.3M shape; floors zlib and ``gzip -dc``), ``smoke`` (the
-smoke suite; only with ``--smoke``, it takes minutes).
+``prepare`` (synthetic LF-AmazonTitles-1.3M shape; floors zlib and ``gzip -dc``), ``train`` (one
+training step of each supervised method on synthetic inputs, paper recipes scaled down: seconds,
+queries/s, peak memory; and tokenisation next to an epoch), ``smoke`` (the smoke suite; only with
+``--smoke``, it takes minutes).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ QUICK = {
     "big_rows": 50_000,
     "search": (1_000, 20_000, 384),
     "prepare_scale": 0.002,
+    "train": {"labels": 300, "train": 600, "batch": 32, "encoder": "tiny"},
 }
 FULL = {
     "metrics_rows": 200_000,
@@ -50,6 +53,7 @@ FULL = {
     "big_rows": 1_000_000,
     "search": (10_000, 100_000, 384),
     "prepare_scale": 0.25,
+    "train": {"labels": 256, "train": 256, "batch": 32, "encoder": "all-MiniLM-L6-v2"},
 }
 
 
@@ -335,13 +339,79 @@ def bench_prepare(cfg, folder: Path | None) -> list[dict]:
             met=bool(r["prepare_s"] <= 2 * floor),
             notes=(
                 f"zlib {r['decompress_zlib_s']:.2f} s, gzip -dc {r['decompress_gzip_cli_s']:.2f} s; "
-                f"prepare peak RSS {r['prepare_peak_gb']:.2f} GB"
+                f"prepare peak RSS {r['prepare_peak_gb']:.2f} GB; CPU seconds (all threads): prepare "
+                f"{r['prepare_cpu_s']:.2f}, zlib {r['decompress_zlib_cpu_s']:.2f} "
+                f"(x{r['prepare_cpu_s'] / r['decompress_zlib_cpu_s']:.1f}: what the ratio tends to on a busy machine)"
             ),
             peak_gb=r["prepare_peak_gb"],
+            prepare_cpu_s=r["prepare_cpu_s"],
+            zlib_cpu_s=r["decompress_zlib_cpu_s"],
             zlib_s=r["decompress_zlib_s"],
             gzip_s=r["decompress_gzip_cli_s"],
         )
     ]
+
+
+def bench_train(cfg) -> list[dict]:
+    """One row per supervised method (seconds per training step; queries/s and peak memory beside it),
+    and one for tokenisation against an epoch of training (``benchmarks/bench_train.py``)."""
+    t = cfg["train"]
+    script = Path(__file__).with_name("bench_train.py")
+    command = [sys.executable, str(script), "--labels", str(t["labels"]), "--train", str(t["train"])]
+    command += ["--batch", str(t["batch"])]
+    command += ["--quick"] if t.get("encoder", "tiny") == "tiny" else ["--encoder", t["encoder"]]
+    if t.get("methods"):
+        command += ["--methods", ",".join(t["methods"])]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    )
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    r = json.loads(done.stdout[done.stdout.index("{") :])
+    encoder = "tiny 2-layer BERT" if t.get("encoder", "tiny") == "tiny" else Path(r["encoder"]).name
+    rows, epochs = [], []
+    for method, m in r["methods"].items():
+        work = (
+            f"{method} training step, {r['labels']:,} labels, batch {r['batch']} (paper {m['paper_batch']:,}, "
+            f"pools x{m['scale']:.3g}), {encoder}, CPU"
+        )
+        if "error" in m or "step_s" not in m:
+            rows.append(row(f"train_{method}", work, float("nan"), None, None, notes=f"failed: {m.get('error')}"))
+            continue
+        epochs.append(m["step_s"] * m["n_queries"] / r["batch"])
+        rows.append(
+            row(
+                f"train_{method}",
+                work + f", mean pool {m['pool_size_mean']:.0f} labels" if m.get("pool_size_mean") else work,
+                m["step_s"],
+                "authors' released step (not run: no adapter, unproven)",
+                None,
+                notes=(
+                    f"{m['queries_per_s']:.0f} queries/s; peak RSS per step {m['peak_step_gb']:.2f} GB "
+                    f"(resident at step start {m['resident_at_step_start_gb']:.2f} GB); {m['steps']} steps, "
+                    f"median of intervals; torch threads {m['torch_threads']}"
+                ),
+                queries_per_s=m["queries_per_s"],
+                peak_gb=m["peak_step_gb"],
+                resident_gb=m["resident_at_step_start_gb"],
+                method_overrides=m["method_overrides"],
+            )
+        )
+    epoch = min(epochs) if epochs else float("nan")
+    rows.append(
+        row(
+            "tokenise",
+            f"tokenise {r['texts']:,} texts (train queries + labels), token cache reloaded",
+            r["tokenise_load_s"],
+            "one training epoch, fastest method",
+            epoch,
+            target="cached: <= 5% of an epoch",
+            met=bool(r["tokenise_load_s"] <= 0.05 * epoch) if epochs else None,
+            notes=f"first build {r['tokenise_build_s']:.2f} s ({r['tokenise_build_s'] / epoch:.2f} epochs); "
+            "later runs load the cache",
+            tokenise_build_s=r["tokenise_build_s"],
+        )
+    )
+    return rows
 
 
 def bench_smoke() -> list[dict]:
@@ -383,7 +453,7 @@ def print_table(rows: list[dict]) -> None:
             print(f"  {r['name']}: {r['notes']}")
 
 
-ALL = ("metrics", "metrics1m", "search", "prepare", "smoke")
+ALL = ("metrics", "metrics1m", "search", "prepare", "train", "smoke")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -407,6 +477,7 @@ def main(argv: list[str] | None = None) -> dict:
         ("metrics1m", lambda: bench_metrics_big(cfg, repeat)),
         ("search", lambda: bench_search(cfg, repeat)),
         ("prepare", lambda: bench_prepare(cfg, args.prepare_dir)),
+        ("train", lambda: bench_train(cfg)),
         ("smoke", bench_smoke),
     ):
         if name in wanted:

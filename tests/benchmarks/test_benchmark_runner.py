@@ -11,6 +11,7 @@ TINY = {
     "big_rows": 500,
     "search": (40, 600, 16),
     "prepare_scale": 0.0002,
+    "train": {"labels": 60, "train": 128, "batch": 16, "encoder": "tiny", "methods": ["dexml_all", "unidec"]},
 }
 
 
@@ -43,6 +44,9 @@ def test_quick_runner_writes_every_row(tmp_path, capsys):
         "search",
         "search_vs_matmul",
         "prepare",
+        "train_dexml_all",
+        "train_unidec",
+        "tokenise",
     ):
         assert wanted in names
     for r in saved["rows"]:
@@ -50,5 +54,9 @@ def test_quick_runner_writes_every_row(tmp_path, capsys):
         assert r["xmcbench_s"] > 0
         if r["peer_s"] is not None and r["peer_s"] == r["peer_s"]:  # not NaN
             assert abs(r["ratio"] - r["xmcbench_s"] / r["peer_s"]) < 1e-9
+    train = {r["name"]: r for r in saved["rows"]}
+    for name in ("train_dexml_all", "train_unidec"):  # a step took time, memory was read, pools were scaled
+        assert train[name]["queries_per_s"] > 0 and train[name]["peak_gb"] > 0.05
+    assert train["tokenise"]["tokenise_build_s"] > 0 and train["tokenise"]["peer_s"] > 0
     printed = capsys.readouterr().out
     assert "| row | work | xmcbench s | peer / floor |" in printed and "| prepare |" in printed

@@ -41,6 +41,7 @@ from xmcbench.data.formats import compose_query_texts, get_format
 from xmcbench.data.formats.xc_sparse import read_filter_file
 from xmcbench.data.raw import MANIFEST_NAME, find_raw_file, manifest_or_empty, raw_files
 from xmcbench.data.stats import dataset_stats
+from xmcbench.data.text_blob import EncodedTexts
 from xmcbench.errors import XmcbenchError
 
 __all__ = [
@@ -138,11 +139,10 @@ class _ColumnWriter:
         self._blob = open(self._folder / f"{prefix}.bin", "wb")
         self._lengths: list[np.ndarray] = []
 
-    def write(self, texts: list[str]) -> None:
-        # "replace": a lone surrogate (accepted by the json fallback) becomes '?' instead of failing
-        encoded = [t.encode("utf-8", "replace") for t in texts]
-        self._lengths.append(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
-        self._blob.write(b"".join(encoded))
+    def write(self, texts: list[str] | EncodedTexts) -> None:
+        encoded = texts if isinstance(texts, EncodedTexts) else EncodedTexts.from_strings(texts)
+        self._lengths.append(np.asarray(encoded.lengths, dtype=np.int64))
+        self._blob.write(encoded.data)
 
     def close(self) -> np.ndarray:
         """Finish the column; returns the byte length of every text."""

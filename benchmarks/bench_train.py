@@ -1,0 +1,316 @@
+"""Training throughput of the supervised methods: queries/s and peak memory per training step.
+
+    python benchmarks/bench_train.py --quick                 # tiny 2-layer BERT, ~1-2 min on 2 cores
+    python benchmarks/bench_train.py                         # all-MiniLM-L6-v2, small scale (minutes)
+    python benchmarks/bench_train.py --methods dexml_all,unidec --labels 5000 --train 8000
+
+Inputs: a synthetic dataset (``xmcbench.data.synth``) in a temporary XMCBENCH_HOME, generated and
+prepared once. Each method starts from its paper recipe (``xmcbench/recipes/...``) with the paper's
+batch and pool sizes scaled down by the same factor as the batch (``--batch`` / the paper's batch;
+per-query counts such as DEXML's or UniDEC's hard negatives kept as published), the synthetic
+dataset, the chosen encoder, CPU, fp32, 2 epochs, no validation split.
+
+Each method trains in its own process (its peak memory is its own) through its ordinary ``fit``.
+A post-hook on every optimiser's ``step`` marks the end of each training step:
+
+- step time: the median interval between consecutive steps (the first step of an epoch also
+  carries the epoch's set-up: clustering, shortlists, checkpoints; the median leaves them out);
+  queries/s = batch / step time;
+- peak memory per step: the process's peak resident memory (VmHWM) is reset at every step
+  (``/proc/self/clear_refs``) and read at the next, so each interval has its own peak; the row
+  reports the largest over ordinary steps and the resident memory at step start (the model,
+  optimiser and data) beside it. With CUDA, ``torch.cuda.max_memory_allocated`` per step.
+
+Tokenisation is timed apart, in the parent: building the token caches of the training queries and
+the labels, then loading them again (what every later run pays: they are cached on disk by
+dataset version and tokenizer), next to one epoch of training.
+
+The authors' released training steps (nilesh2797/DEXML, kunaldahiya/prime) are not run: their code
+cannot be vendored, and no adapter to a user's checkout has been written and tested, so the ratio
+to them is unproven.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RECIPES = Path(__file__).resolve().parents[1] / "xmcbench" / "recipes"
+
+# name -> (paper recipe, paper batch, method overrides given the scale factor s and the label count L)
+METHODS = {
+    "dexml_all": (
+        "dexml/lf-amazontitles-131k-all-negatives.yaml",
+        4096,
+        lambda s, L: {"gradcache_chunk": max(64, round(2048 * s))},  # η scaled; every label in the loss
+    ),
+    "dexml_hard": (
+        "dexml/lf-amazontitles-1.3m-hard-negatives.yaml",
+        None,  # read from the recipe
+        lambda s, L: {"hard_negative_start_epoch": 0, "refresh_every": 1, "shortlist_k": min(100, L // 4)},
+    ),
+    "unidec": (
+        "unidec/lf-amazontitles-131k.yaml",
+        576,
+        lambda s, L: {"max_pool_size": max(16, round(1500 * s)), "recluster_every": 1},
+    ),
+    "prime": (
+        "prime/lf-amazontitles-131k.yaml",
+        3200,
+        lambda s, L: {"free_vectors": _power_of_two_below(L // 2), "cluster_start_epoch": 0, "recluster_every": 1},
+    ),
+}
+
+
+def _power_of_two_below(n: int) -> int:
+    return 1 << max(1, n.bit_length() - 1)
+
+
+def build_recipe(method: str, args, encoder: str) -> tuple[dict, dict]:
+    """The method's paper recipe, scaled down to ``args``; returns (recipe dict, what was scaled)."""
+    from xmcbench.recipe.load import read_recipe
+
+    path, paper_batch, overrides = METHODS[method]
+    data = read_recipe(RECIPES / path)
+    paper_batch = paper_batch or data["training"]["batch_size"]
+    s = args.batch / paper_batch
+    data["name"] = f"bench-train-{method}"
+    data["dataset"] = {"name": "bench-train", "synthetic": _synthetic(args)}
+    data["method"].update(overrides(s, args.labels))
+    data["encoder"] = {**data.get("encoder", {}), "name": encoder, "max_length": args.max_length}
+    data["encoder"].pop("label_max_length", None)
+    data["training"].update(
+        {"epochs": args.epochs, "batch_size": args.batch, "validation_fraction": 0.0, "warmup_ratio": 0.0}
+    )
+    data["training"]["precision"] = "fp32"
+    data["hardware"] = {"devices": "cpu"}
+    data.pop("evaluation", None)
+    data.pop("expect", None)
+    return data, {"paper_batch": paper_batch, "scale": s, "method_overrides": overrides(s, args.labels)}
+
+
+def _synthetic(args) -> dict:
+    return {"labels": args.labels, "train": args.train, "test": 10, "seed": 0}
+
+
+# ---------------------------------------------------------------------------------------------
+# child: one method
+
+
+def _rss_kb(field: str) -> int:
+    return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux >= 4.0: resets VmHWM to the current RSS
+        return True
+    except OSError:
+        return False
+
+
+class StepClock:
+    """Timestamps and peak memory of every optimiser step (the first optimiser seen counts)."""
+
+    def __init__(self, cuda: bool):
+
+        self.cuda = cuda
+        self.times: list[float] = []
+        self.peaks_gb: list[float] = []
+        self.start_rss_gb: list[float] = []
+        self.owner: int | None = None
+        self.resets = _reset_peak()
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.handle = register_optimizer_step_post_hook(self._hook)
+
+    def _hook(self, optimizer, args, kwargs) -> None:
+        if self.owner is None:
+            self.owner = id(optimizer)
+        if id(optimizer) != self.owner:  # a method with several optimisers steps them together
+            return
+        import torch
+
+        self.times.append(time.perf_counter())
+        if self.cuda:
+            self.peaks_gb.append(torch.cuda.max_memory_allocated() / 2**30)
+            torch.cuda.reset_peak_memory_stats()
+            self.start_rss_gb.append(torch.cuda.memory_allocated() / 2**30)
+        else:
+            self.peaks_gb.append(_rss_kb("VmHWM") / 2**20)
+            self.start_rss_gb.append(_rss_kb("VmRSS") / 2**20)
+            _reset_peak()
+
+    def summary(self, batch: int) -> dict:
+        gaps = [b - a for a, b in zip(self.times, self.times[1:])]
+        if not gaps:
+            return {"steps": len(self.times)}
+        step = statistics.median(gaps)
+        ordinary = [i + 1 for i, g in enumerate(gaps) if g <= 2 * step]  # steps without epoch set-up
+        peaks = [self.peaks_gb[i] for i in ordinary] or self.peaks_gb[1:]
+        return {
+            "steps": len(self.times),
+            "step_s": step,
+            "step_s_mean": statistics.fmean(gaps),
+            "queries_per_s": batch / step,
+            "peak_step_gb": max(peaks),
+            "resident_at_step_start_gb": min(self.start_rss_gb[i] for i in ordinary) if ordinary else None,
+            "peak_is_per_step": self.resets or self.cuda,
+        }
+
+
+def child(method: str, recipe_data: dict, run_dir: str) -> dict:
+    import numpy as np
+    import torch
+
+    from xmcbench.methods import METHODS as REGISTRY
+    from xmcbench.methods.base import RunContext
+    from xmcbench.metrics import inv_propensity
+    from xmcbench.run import recipe_from_dict
+    from xmcbench.run.phases import build_train_task, ensure_dataset
+
+    recipe = recipe_from_dict(recipe_data)
+    ds = ensure_dataset(recipe, progress=False)
+    train = ds.labels("train")
+    task = build_train_task(recipe, ds, inv_propensity(train, ds.propensity_a, ds.propensity_b))
+    cls = REGISTRY.get(recipe.method.name)
+    method = cls(recipe.method_config(), recipe)
+    cuda = torch.cuda.is_available() and recipe.hardware.devices != "cpu"
+    ctx = RunContext(run_dir=Path(run_dir), device="cuda" if cuda else "cpu", progress=False, seed=0)
+    clock = StepClock(cuda)
+    start = time.perf_counter()
+    method.fit(task, ctx)
+    fit_s = time.perf_counter() - start
+    clock.handle.remove()
+    out = clock.summary(recipe.training.batch_size)
+    out.update(
+        fit_s=fit_s,
+        pool_size_mean=ctx.accounting.get("pool_size_mean"),
+        torch_threads=torch.get_num_threads(),
+        device=ctx.device,
+        n_queries=int(np.count_nonzero(np.diff(train.indptr))),
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# parent
+
+
+def tokenise_times(recipe_data: dict) -> dict:
+    """Build the token caches (queries, labels) from scratch, then load them again (cached)."""
+    from xmcbench.methods import dual_encoder as de
+    from xmcbench.metrics import inv_propensity
+    from xmcbench.run import recipe_from_dict
+    from xmcbench.run.phases import build_train_task, ensure_dataset
+
+    recipe = recipe_from_dict(recipe_data)
+    ds = ensure_dataset(recipe, progress=False)
+    train = ds.labels("train")
+    task = build_train_task(recipe, ds, inv_propensity(train, ds.propensity_a, ds.propensity_b))
+    encoder = de.build_encoder(recipe)
+    start = time.perf_counter()
+    tokens = de.tokenise(encoder, task, recipe, progress=False)
+    built = time.perf_counter() - start
+    start = time.perf_counter()
+    de.tokenise(encoder, task, recipe, progress=False)
+    loaded = time.perf_counter() - start
+    texts = len(tokens.queries) + len(tokens.labels)
+    return {"tokenise_build_s": built, "tokenise_load_s": loaded, "texts": texts}
+
+
+def run(args) -> dict:
+    if args.home:
+        return _run(args, Path(args.home))
+    with tempfile.TemporaryDirectory(prefix="xmcbench-bench-train-") as home:
+        return _run(args, Path(home))
+
+
+def _run(args, home: Path) -> dict:
+    os.environ["XMCBENCH_HOME"] = str(home)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    encoder = args.encoder or (_tiny_bert(home) if args.quick else "all-MiniLM-L6-v2")
+    results: dict = {"encoder": encoder, "labels": args.labels, "train": args.train, "batch": args.batch, "methods": {}}
+    first = None
+    for method in args.methods:
+        data, scaled = build_recipe(method, args, encoder)
+        if first is None:
+            first = data
+            results.update(tokenise_times(data))  # also synthesises and prepares the dataset, once
+        with tempfile.TemporaryDirectory(prefix=f"run-{method}-") as run_dir:
+            command = [sys.executable, __file__, "--child", method, "--recipe", json.dumps(data), "--run-dir", run_dir]
+            done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+        if done.returncode != 0:
+            results["methods"][method] = {"error": done.stderr.strip().splitlines()[-1:] or ["?"], **scaled}
+            continue
+        results["methods"][method] = {**json.loads(done.stdout.strip().splitlines()[-1]), **scaled}
+    return results
+
+
+def _tiny_bert(home: Path) -> str:
+    """The 2-layer BERT with MiniLM's tokenizer that the tests train (tests/conftest.py), saved under ``home``."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from xmcbench.encoders import resolve_model_path
+
+    folder = home / "tiny-bert"
+    if not (folder / "config.json").exists():
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
+        torch.manual_seed(0)
+        config = BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        )
+        BertModel(config).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny BERT, fewer queries")
+    ap.add_argument("--methods", type=lambda s: s.split(","), default=list(METHODS))
+    ap.add_argument("--encoder", default=None, help="model name or folder (default: MiniLM; --quick: tiny BERT)")
+    ap.add_argument("--labels", type=int, default=None)
+    ap.add_argument("--train", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--max-length", type=int, default=32)
+    ap.add_argument("--home", default=None, help="XMCBENCH_HOME for the synthetic data (default: a temp folder)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--recipe", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    defaults = (300, 600, 32) if args.quick else (256, 256, 32)
+    args.labels = args.labels or defaults[0]
+    args.train = args.train or defaults[1]
+    args.batch = args.batch or defaults[2]
+    unknown = set(args.methods) - set(METHODS)
+    if unknown:
+        ap.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, json.loads(args.recipe), args.run_dir)))
+        return
+    print(json.dumps(run(args), indent=2))
+
+
+if __name__ == "__main__":
+    main()

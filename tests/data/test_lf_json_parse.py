@@ -1,0 +1,224 @@
+"""The vectorised LF JSON reader (``lf_json_columns.parse_block``) gives the general reader's bytes, or declines.
+
+Every block it accepts must give exactly what the record-by-record reader gives (texts HTML- and
+JSON-decoded, utf-8 bytes, label counts and indices); every block it cannot prove to be plain
+must be declined (None), so the general reader parses it and reports its errors.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xmcbench.data.formats import lf_json
+from xmcbench.data.formats.lf_json import iter_blocks, read_lf_chunks
+from xmcbench.data.formats.lf_json_columns import parse_block
+from xmcbench.errors import DataFormatError
+
+TEXTS = ("title", "title+content")
+
+
+def _general(block: bytes, text: str, targets: bool = True, n_labels: int | None = None):
+    return lf_json._general_columns(Path("x.json"), 1, block, text, n_labels, targets)
+
+
+def _same(fast, slow) -> None:
+    assert fast is not None
+    assert fast.texts.data == slow.texts.data
+    assert fast.texts.lengths.tolist() == slow.texts.lengths.tolist()
+    assert fast.uids.data == slow.uids.data
+    assert fast.uids.lengths.tolist() == slow.uids.lengths.tolist()
+    if slow.counts is None:
+        assert fast.counts is None and fast.indices is None
+    else:
+        assert fast.counts.tolist() == slow.counts.tolist()
+        assert fast.indices.dtype == np.int32 and fast.indices.tolist() == slow.indices.tolist()
+
+
+def _lines(records, **dumps) -> bytes:
+    # a lone surrogate cannot be utf-8: it is written as the JSON escape \\ud800 (backslashreplace)
+    return b"\n".join(json.dumps(r, **dumps).encode("utf-8", "backslashreplace") for r in records)
+
+
+TRICKY = [
+    {
+        "uid": "a1",
+        "title": 'say "hi" \\ back\\slash',
+        "content": "x &amp; y",
+        "target_ind": [0, 3],
+        "target_rel": [1.0, 0.5],
+    },
+    {"uid": "b\u00e9", "title": "caf\u00e9 \u2019 \U0001f600", "content": "", "target_ind": [], "target_rel": []},
+    {"uid": "", "title": "", "content": "only content &#8217;s", "target_ind": [12], "target_rel": [1]},
+    {
+        "uid": "c",
+        "title": "lone \ud800 surrogate",
+        "content": "tab\there/slash",
+        "target_ind": [7, 0, 7],
+        "target_rel": [1.0, 1.0, 12.25],
+    },
+    {
+        "uid": "d",
+        "title": "&lt;b&gt; &amp;amp; & plain",
+        "content": "ends with backslash \\",
+        "target_ind": [123456789],
+        "target_rel": [0.0],
+    },
+]
+
+
+@pytest.mark.parametrize("style", ["compact", "spaced", "ascii"])
+@pytest.mark.parametrize("text", TEXTS)
+def test_tricky_records_match_the_general_reader(style, text):
+    dumps = {
+        "compact": {"separators": (",", ":"), "ensure_ascii": False},
+        "spaced": {"ensure_ascii": False},  # json.dumps's default ', ' and ': '
+        "ascii": {},  # and \\u escapes for everything outside ASCII, as the XC files
+    }[style]
+    block = _lines(TRICKY, **dumps)
+    _same(parse_block(block, text=text, n_labels=123456790), _general(block, text))
+
+
+def test_optional_and_extra_fields():
+    records = [{"title": "t", "target_ind": [1]}, {"title": "u", "target_ind": [2, 3]}]
+    block = _lines(records, separators=(",", ":"))
+    for text in TEXTS:
+        _same(parse_block(block, text=text), _general(block, text))
+    extra = [{"uid": "1", "title": "t", "lang": "en", "content": "c", "target_ind": [1], "target_rel": [1.0]}] * 3
+    block = _lines(extra)
+    _same(parse_block(block, text="title+content"), _general(block, "title+content"))
+
+
+def test_label_file_without_targets():
+    records = [{"uid": f"L{i}", "title": f"label &amp; {i}", "content": "c"} for i in range(5)]
+    block = _lines(records, separators=(",", ":"))
+    _same(parse_block(block, targets=False), _general(block, "title", targets=False))
+
+
+def test_synthetic_files_are_parsed_fast_and_identically(synth_raw_dir, synth_params):
+    n = synth_params["n_labels"]
+    for name, targets in (("trn.json.gz", True), ("tst.json.gz", True), ("lbl.json.gz", False)):
+        for first, block in iter_line_numbers(iter_blocks(synth_raw_dir / name)):
+            for text in TEXTS:
+                slow = lf_json._general_columns(
+                    synth_raw_dir / name, first, block, text, n if targets else None, targets
+                )
+                _same(parse_block(block, text=text, targets=targets, n_labels=n if targets else None), slow)
+
+
+def iter_line_numbers(blocks):
+    line = 1
+    for block in blocks:
+        yield line, block
+        line += block.count(b"\n") + 1
+
+
+GOOD = '{"uid":"1","title":"t","content":"c","target_ind":[1,2],"target_rel":[1.0,1.0]}'
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"uid":"1","title":"t","content":null,"target_ind":[1],"target_rel":[1.0]}',  # null content
+        '{"uid":1,"title":"t","content":"c","target_ind":[1],"target_rel":[1.0]}',  # numeric uid
+        '{"uid":"1","title":"t","content":"c","target_ind":[01],"target_rel":[1.0]}',  # leading zero
+        '{"uid":"1","title":"t","content":"c","target_ind":[-1],"target_rel":[1.0]}',  # negative
+        '{"uid":"1","title":"t","content":"c","target_ind":[1.0],"target_rel":[1.0]}',  # float index
+        '{"uid":"1","title":"t","content":"c","target_ind":[1,],"target_rel":[1.0]}',  # trailing comma
+        '{"uid":"1","title":"t","content":"c","target_ind":[,1],"target_rel":[1.0]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[1,,2],"target_rel":[1.0]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[1 ,2],"target_rel":[1.0]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[ 1],"target_rel":[1.0]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[[1]],"target_rel":[1.0]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[1e0]}',  # exponent
+        '{"uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[1..0]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[1.0.0]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[.5]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[00.5]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[1.0}',  # unclosed
+        '{"uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[1.0]} ',  # trailing space
+        '{"uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[1.0]}\r',  # CRLF
+        '{ "uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[1.0]}',
+        '{"uid":"1","title":"t","content":"c","target_ind":[1],"target_rel":[1.0],}',
+        '{"uid":"1","title":"t\\x","content":"c","target_ind":[1],"target_rel":[1.0]}',  # bad escape
+        '{"uid":"1","title":"t","content":"c\\u12G4","target_ind":[1],"target_rel":[1.0]}',
+        '{"uid":"1","title":"t","content":"c\u0001","target_ind":[1],"target_rel":[1.0]}',  # raw control
+        '{"uid":"1","content":"c","title":"t","target_ind":[1],"target_rel":[1.0]}',  # other key order
+        '{"uid":"1","title":"t","title":"u","content":"c","target_ind":[1],"target_rel":[1.0]}',  # repeated key
+        '{"uid":"1","titl\\u0065":"t","content":"c","target_ind":[1],"target_rel":[1.0]}',  # escaped key
+        '{"uid":"1","title":"t","content":"c","target_ind":[9],"target_rel":[1.0]}',  # out of range (n_labels=5)
+        '["uid","title"]',
+        "",  # blank line
+    ],
+)
+def test_blocks_it_cannot_prove_plain_are_declined(line, tmp_path):
+    block = (GOOD + "\n" + line + "\n" + GOOD).encode()
+    assert parse_block(block, text="title+content", n_labels=5) is None
+    # and prepare's reader still gives the general reader's answer, or its error
+    path = tmp_path / "f.json"
+    path.write_bytes(block + b"\n")
+    try:
+        slow = [
+            (c.titles, c.contents, c.uids, c.target_counts.tolist(), c.target_indices.tolist())
+            for c in read_lf_chunks(path, n_labels=5)
+        ]
+    except DataFormatError as exc:
+        with pytest.raises(DataFormatError) as caught:
+            list(lf_json.read_columns(path, text="title+content", n_labels=5, targets=True, what="x", progress=False))
+        assert str(caught.value) == str(exc)  # same file, line and problem
+        return
+    (fast,) = lf_json.read_columns(path, text="title+content", n_labels=5, targets=True, what="x", progress=False)
+    ((titles, contents, uids, counts, indices),) = slow
+    assert fast.texts.to_list() == [f"{t} {c}" if t and c else t or c for t, c in zip(titles, contents)]
+    assert fast.uids.to_list() == uids
+    assert fast.counts.tolist() == counts and fast.indices.tolist() == indices
+
+
+def test_invalid_utf8_is_declined():
+    block = GOOD.replace('"t"', '"t\xff"').encode("latin-1")
+    assert parse_block(block) is None
+
+
+def test_prepare_cache_is_byte_identical_with_and_without_the_fast_reader(
+    tmp_path, synth_raw_dir, synth_params, monkeypatch
+):
+    from xmcbench.data.prepared import prepare
+    from xmcbench.data.synth import make_synthetic_spec
+
+    for text in TEXTS:
+        spec = make_synthetic_spec("synth-parse", query_text=text, **synth_params)
+        fast = prepare(spec, synth_raw_dir, tmp_path / f"fast-{text}", progress=False)
+        with monkeypatch.context() as m:
+            m.setattr(lf_json, "parse_block", lambda *a, **k: None)  # every block through the general reader
+            slow = prepare(spec, synth_raw_dir, tmp_path / f"slow-{text}", progress=False)
+        names = sorted(p.name for p in fast.iterdir())
+        assert names == sorted(p.name for p in slow.iterdir())
+        for name in names:
+            if name == "meta.json":
+                a, b = (json.loads((d / name).read_text()) for d in (fast, slow))
+                for meta in (a, b):
+                    del meta["prepared_at"], meta["prepare_seconds"]
+                assert a == b
+            else:
+                assert filecmp.cmp(fast / name, slow / name, shallow=False), name
+        shutil.rmtree(slow)
+
+
+def test_error_in_a_later_block_names_its_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(lf_json, "_CHUNK_BYTES", 200)  # many blocks, most parsed fast
+    monkeypatch.setattr(lf_json, "_READ_SIZE", 100)
+    lines = [GOOD] * 40
+    lines[33] = GOOD.replace("[1,2]", "[1,-2]")
+    path = tmp_path / "f.json"
+    path.write_text("\n".join(lines) + "\n")
+    assert len(list(iter_blocks(path))) > 10
+    with pytest.raises(DataFormatError) as slow:
+        list(read_lf_chunks(path, n_labels=5))
+    with pytest.raises(DataFormatError) as fast:
+        list(lf_json.read_columns(path, text="title", n_labels=5, targets=True, what="x", progress=False))
+    assert str(fast.value) == str(slow.value) and fast.value.line == 34
