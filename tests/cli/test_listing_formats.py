@@ -90,9 +90,11 @@ def test_runs_show_json_and_loss_curve(db):
 
 def test_loss_curve_plot():
     plot = loss_curve([{"epoch": i, "epochs": 3, "loss": v} for i, v in enumerate([3.0, 2.0, 1.0], 1)], height=3)
-    lines = plot.splitlines()
-    assert lines[-4].endswith("┤●  ") or lines[-4].rstrip().endswith("●")
-    assert "3" in lines[-4] and "1" in lines[-2]
+    rows = [line for line in plot.splitlines() if "┤" in line]  # top (3.0) to bottom (1.0)
+    assert len(rows) == 3 and rows[0].startswith("        3 ┤●") and rows[-1].startswith("        1 ┤")
+    assert rows[-1].rstrip().endswith("●") and rows[1].count("●") == 1  # spread over the width, in order
+    assert plot.splitlines()[-1].strip() == "1           3  (epoch)"
+    assert "epoch 1/3 | loss 3.0000" in plot
 
 
 def test_datasets_list_formats():
@@ -145,7 +147,7 @@ def test_evaluate_csv_and_json(tmp_path):
                 str(tmp_path / "t.npz"),
                 "--k",
                 "1",
-                "--format",
+                "-f",  # the same short option as every other listing command
                 "json",
             ]
         )

@@ -129,3 +129,34 @@ def test_overview_without_dataset(db):
     assert prime["LF-AmazonTitles-131K"] is not None and prime[WIKI] is not None
     out = _visible(_invoke(columns=80, terminal=True))
     assert max(len(line) for line in out.splitlines()) <= 80 and "best P@1 per method" in out
+
+
+def test_a_result_copied_by_another_paper_is_shown_once(db):
+    rows = json.loads(_invoke("--dataset", WIKI, "--format", "json"))
+    names = {(r["method"], r["setting"]) for r in rows if r["kind"] == "published"}
+    # PRIME's "DEXML ◆" and LMTX's "MACLR*" repeat DEXML's and MACLR's own numbers
+    assert ("DecoupledSoftmax DEXML", "full") in names and ("DEXML ◆", "full") not in names
+    assert ("MACLR (ours)", "zero-shot") in names and ("MACLR*", "zero-shot") not in names
+    assert ("SoftTop-5 DEXML", "full") in names  # same method, other numbers: its own row
+    everything = json.loads(_invoke("--dataset", WIKI, "--format", "json", "--all-published"))
+    assert any(r["method"] == "DEXML ◆" for r in everything)
+
+
+def test_terminal_heads_sections_by_setting_instead_of_a_setting_column(db):
+    out = _visible(_invoke("--dataset", WIKI, columns=80, terminal=True))
+    assert "── few-shot-1% ──" in out and "── few-shot-5% ──" in out
+    assert out.index("── few-shot-1% ──") < out.index("── few-shot-5% ──") < out.index("── zero-shot ──")
+    header = next(line for line in out.splitlines() if "method" in line)
+    assert "setting" not in header and "P@3" in header  # the width went to metrics
+    assert "setting" in json.loads(_invoke("--dataset", WIKI, "--format", "json"))[0]  # machine formats keep it
+
+
+def test_overview_reads_sorted_and_names_no_fake_runs(db):
+    rows = json.loads(_invoke("--format", "json"))
+    full = [r for r in rows if r["kind"] == "published" and r["setting"] == "full"]
+    first = "LF-AmazonTitles-131K"
+    with_first = [r[first] for r in full if r.get(first) is not None]
+    assert with_first == sorted(with_first, reverse=True)
+    assert full[: len(with_first)] == [r for r in full if r.get(first) is not None]  # they come first
+    out = _visible(_invoke(columns=80, terminal=True))
+    assert "= reproduced" not in out  # no "run 1 = reproduced" legend: the overview has no run ids

@@ -99,7 +99,7 @@ def test_compute_columns(store):
         48.0,
         "A100 × 16",
         2048,
-        "131073",
+        "131,073",
     )
     assert (tfidf["gpus"], tfidf["gpu_hours"], tfidf["coverage"]) == ("CPU", 0.0, 100.0)
     headers = [c.header for c in table.columns]

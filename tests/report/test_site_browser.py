@@ -78,10 +78,39 @@ def _smoke_run(root: Path, run_id: str, method: str, p1: float, dataset: str = S
     return root / run_id
 
 
+REAL = "synth-tiny"
+
+
+def _real_runs(tmp: Path, encoder: str, db: Path) -> None:
+    """Real runs, as `xmcbench run` makes them: TF-IDF and a 3-epoch DEXML on the tiny encoder (seconds on CPU)."""
+    from xmcbench.run import load_recipe, run_recipe
+
+    for name, method, epochs in (
+        ("tfidf", "{name: tfidf}", 0),
+        ("dexml", "{name: dexml, regime: hard_negatives, refresh_every: 1, hard_negative_start_epoch: 0}", 3),
+    ):
+        path = tmp / f"{name}.yaml"
+        path.write_text(
+            f"name: site-{name}\n"
+            f"dataset: {{name: {REAL}, synthetic: {{labels: 60, train: 300, test: 60, seed: 1}}}}\n"
+            f"method: {method}\n"
+            f"encoder: {{name: '{encoder}', max_length: 16}}\n"
+            f"training: {{epochs: {epochs}, batch_size: 32, lr: 0.001, warmup_ratio: 0.0}}\n"
+            "evaluation: {k: [1, 5], top_k: 10, bootstrap: 20}\n"
+            "hardware: {devices: cpu}\n"
+        )
+        result = run_recipe(load_recipe(path), runs_dir=tmp / "real-runs", db=db, progress=False)
+        assert result.record["status"] == "finished"
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def site(tmp_path_factory, tiny_encoder_dir):
     tmp = tmp_path_factory.mktemp("site")
     runs = tmp / "runs"
+    db = tmp / "x.duckdb"
+    with pytest.MonkeyPatch.context() as mp:  # module scope: the per-test home is not set up yet
+        mp.setenv("XMCBENCH_HOME", str(tmp / "home"))
+        _real_runs(tmp, tiny_encoder_dir, db)
     _smoke_run(runs, "20261123-101500-tfidf-synth-smoke-aaaaaa", "tfidf", 46.3)
     _smoke_run(runs, "20261123-102000-dexml-synth-smoke-bbbbbb", "dexml", 41.5, losses=[3.2, 2.1, 1.7])
     _smoke_run(runs, "20261123-103000-unidec-synth-smoke-cccccc", "unidec", 38.0, losses=[2.5, 2.0])
@@ -95,7 +124,6 @@ def site(tmp_path_factory):
         losses=[4.0, 3.0, 2.5, 2.2],
         gpus=2,
     )
-    db = tmp / "x.duckdb"
     with Store.open(db) as store:
         for run_dir in sorted(runs.iterdir()):
             store.ingest_record(json.loads((run_dir / "record.json").read_text()), run_dir)
@@ -192,7 +220,10 @@ def _near(pixels, rgb: tuple[int, int, int], tol: int = 40) -> int:
 
 def test_every_page_loads_without_console_errors(site):
     pages = sorted(site.glob("*.html"))
-    assert site / "index.html" in pages and site / "synth-smoke.html" in pages and len(pages) >= 3
+    assert site / "index.html" in pages and site / "synth-smoke.html" in pages and len(pages) >= 4
+    real = (site / f"{REAL}.html").read_text()
+    # the real DEXML run: its 3 epochs' loss curve, and both CPU runs placed at their wall-clock hours
+    assert real.count("<title>epoch ") == 3 and "CPU wall-clock hours" in real
     for page in pages:
         text = page.read_text()
         assert (
@@ -211,7 +242,11 @@ def test_screenshots_show_table_and_plots(site):
     keep = os.environ.get("XMCBENCH_SITE_SHOTS")
     shots = Path(keep) if keep else site
     shots.mkdir(parents=True, exist_ok=True)
-    for page, size in (("index.html", "1280,900"), ("LF-AmazonTitles-131K.html", "1280,1400")):
+    for page, size in (
+        ("index.html", "1280,900"),
+        ("LF-AmazonTitles-131K.html", "1280,1400"),
+        (f"{REAL}.html", "1280,1400"),
+    ):
         png = shots / (page.replace(".html", ".png"))
         result = _chromium(
             f"--screenshot={png}",

@@ -72,6 +72,7 @@ def evaluate(
         Format,
         typer.Option(
             "--format",
+            "-f",
             help="rich: a table with two decimals; json: one JSON object metric -> value (4 decimals; "
             "\\[value, lo, hi] with --ci); markdown: a table; csv: metric,value(,lo,hi) rows.",
         ),

@@ -12,20 +12,22 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, err_console, handle_errors
+from xmcbench.cli._common import console, err_console, handle_errors, print_rich
 from xmcbench.errors import XmcbenchError
 from xmcbench.run import check_recipe, load_recipe
 
 
 def print_scores(record: dict) -> None:
-    table = Table(title=escape(f"{record['run_id']}  [{record['status']}]"))
+    # The run id on a line of its own: as a table title it wrapped mid-id at the table's width.
+    console.print(f"run {escape(record['run_id'])}  {escape(str(record['status']))}", highlight=False, soft_wrap=True)
+    table = Table()
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95% CI", justify="right")
     for s in record["scores"]:
         ci = f"{s['ci_lo']:.2f} – {s['ci_hi']:.2f}" if s.get("ci_lo") is not None else ""
         table.add_row(escape(s["name"]), f"{s['value']:.2f}", ci)
-    console.print(table)
+    print_rich(table)
 
 
 @handle_errors
@@ -126,6 +128,7 @@ def validate(
             console.print(
                 f"[dim]– {escape(str(path))} (include fragment, checked through the recipes that include it)[/]",
                 highlight=False,
+                soft_wrap=True,
             )
             continue
         _, problems = check_recipe(path, set_ or [])
@@ -134,6 +137,6 @@ def validate(
             for p in problems:
                 err_console.print(f"[red]✗[/] {escape(str(p))}", highlight=False, soft_wrap=True)
         else:
-            console.print(f"[green]✓[/] {escape(str(path))}", highlight=False)
+            console.print(f"[green]✓[/] {escape(str(path))}", highlight=False, soft_wrap=True)
     if bad:
         raise typer.Exit(1)

@@ -205,7 +205,7 @@ def show(
         provenance["packages"] = ", ".join(f"{name} {version}" for name, version in sorted(packages.items()))
     console.print(_fields("provenance", provenance))
     if train_log:
-        console.print(loss_curve(train_log), highlight=False, markup=False)
+        console.print(loss_curve(train_log), highlight=False, markup=False, soft_wrap=True)
 
 
 def read_train_log(run_dir) -> list[dict[str, Any]]:
@@ -229,32 +229,46 @@ def read_train_log(run_dir) -> list[dict[str, Any]]:
 
 
 def loss_curve(entries: list[dict[str, Any]], height: int = 8, width: int = 50) -> str:
-    """A small text plot of the loss per epoch (or, without losses, the epochs' facts as lines)."""
+    """A small text plot of the loss per epoch, under one line of facts per epoch."""
+    from xmcbench.methods.base import _duration
+
     points = [(e.get("epoch"), e.get("loss")) for e in entries if e.get("loss") is not None]
     lines = ["training (train_log.jsonl)"]
     for e in entries:
         bits = [f"epoch {e.get('epoch')}/{e.get('epochs')}"]
-        bits += [f"{k} {e[k]:.4g}" for k in ("loss", "lr", "queries_per_s", "pool_size") if e.get(k) is not None]
-        lines.append("  " + "  ".join(bits))
+        if e.get("stage"):
+            bits.append(str(e["stage"]))
+        if e.get("loss") is not None:
+            bits.append(f"loss {e['loss']:.4f}")
+        if e.get("lr") is not None:
+            bits.append(f"lr {e['lr']:.2e}")
+        if e.get("queries_per_s") is not None:
+            bits.append(f"{e['queries_per_s']:,.1f} queries/s")
+        if e.get("pool_size") is not None:
+            bits.append(f"label pool {e['pool_size']:,.0f}")
+        if e.get("elapsed_s") is not None:
+            bits.append(f"elapsed {_duration(e['elapsed_s'])}")
+        lines.append("  " + " | ".join(bits))
     if len(points) < 2:
         return "\n".join(lines)
     values = [v for _, v in points]
     lo, hi = min(values), max(values)
     span = (hi - lo) or 1.0
-    cols = min(width, len(points))
+    # a few epochs are spread over the width (a point every few columns), many are sampled
+    cols = min(width, max(len(values), 6 * (len(values) - 1) + 1))
+    shown = [round(j * (len(values) - 1) / (cols - 1)) for j in range(cols)] if len(values) > cols else None
     grid = [[" "] * cols for _ in range(height)]
-    for i, v in enumerate(
-        values[:cols]
-        if len(values) <= cols
-        else [values[round(j * (len(values) - 1) / (cols - 1))] for j in range(cols)]
-    ):
+    for i, v in enumerate(values if shown is None else [values[j] for j in shown]):
+        x = i if shown is not None else round(i * (cols - 1) / (len(values) - 1))
         row = height - 1 - round((v - lo) / span * (height - 1))
-        grid[row][i] = "●"
+        grid[row][x] = "●"
     lines.append(f"loss per epoch ({len(points)} epochs)")
     for r, cells in enumerate(grid):
         label = f"{hi:9.4g}" if r == 0 else f"{lo:9.4g}" if r == height - 1 else " " * 9
         lines.append(f"{label} ┤" + "".join(cells))
     lines.append(" " * 10 + "└" + "─" * cols)
+    first, last = points[0][0], points[-1][0]
+    lines.append(" " * 11 + f"{first}".ljust(max(cols - len(str(last)), 1)) + f"{last}  (epoch)")
     return "\n".join(lines)
 
 

@@ -174,11 +174,13 @@ class DexmlMethod:
                         loss = self._all_negatives_step(batch_rows, labels, tokens, ctx, world, rank, epoch, step)
                         positives_seen += int(np.diff(labels.indptr)[batch_rows].sum())
                         queries_seen += batch_rows.size
+                        ctx.record_pool(labels.shape[1])  # every label is in the loss (for the epoch line)
                     else:
                         loss, pool = self._hard_negative_step(
                             batch_rows, batch, labels, shortlist, tokens, ctx, epoch, step, world, rank
                         )
                         accounting.update(pool)
+                        ctx.record_pool(pool.size)
                     # Each rank backpropagated its share (its queries, its label shard) of one global
                     # loss, so the gradients are summed over ranks (DEXML Appendix B.5).
                     grad_norms.append(_optimizer_step(self.encoder, optimizer, scheduler, t.grad_clip, world))

@@ -33,6 +33,8 @@ labels' pairs alone. A resumed run restarts ``fit`` from the beginning (no per-s
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +47,13 @@ from scipy import sparse
 
 from xmcbench.errors import XmcbenchError
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
+
+log = logging.getLogger(__name__)
+# MACLR counts steps, not epochs: its "epoch" lines come every STEPS_PER_LINE steps (minutes apart
+# on a GPU at the paper's 2 x 100,000 steps), or more often in a short run, so that even a smoke
+# run shows about MIN_LINES of them; a stage's last step always closes a line.
+STEPS_PER_LINE = 1000
+MIN_LINES = 20
 
 
 class MaclrConfig(MethodConfig):
@@ -143,8 +152,17 @@ class MaclrMethod:
             positives_per_query=1,
         )
         walls: dict[str, float] = {}
+        pretrains = task.train_labels is None or c.pretrain
+        self._lines = _StepLines(
+            ctx,
+            {
+                "stage1": c.stage1_steps if pretrains else 0,
+                "stage2": c.stage2_steps if pretrains and c.self_training else 0,
+                "finetune": c.finetune_steps if task.train_labels is not None else 0,
+            },
+        )
 
-        if task.train_labels is None or c.pretrain:
+        if pretrains:
             if c.stage1_steps > 0:  # stage1_steps: 0 skips ICT, so a dataset without titles can still self-train
                 contexts, titles = ict_pairs(task, c.title_removal, rng)  # (P,), (P,) ICT pairs
                 acc["ict_pairs"] = len(contexts)
@@ -193,6 +211,7 @@ class MaclrMethod:
             clusters = kmeans_assign(self._encode(contexts, ctx, instance=True), schedule.n_clusters(0), ctx.seed)
         k_history = []
         opt, sched = self._optimizer(self.recipe.training.lr, steps)
+        self._lines.begin("stage1", steps)
         for step in range(1, steps + 1):
             rows = rng.choice(n, size=min(self.recipe.training.batch_size, n), replace=False)  # (N,)
             active = schedule is not None and schedule.clustering_active(step)
@@ -207,7 +226,7 @@ class MaclrMethod:
                 y_neg = self._embed([labels[j] for j in neg], ctx, instance=False)  # (M, d)
                 loss = loss + label_regularisation_loss(h, h_plus, y_neg, temperature=c.temperature)
                 pool += neg.size
-            self._step(loss, opt, sched, ctx, pool)
+            self._step(loss, opt, sched, ctx, pool, queries=rows.size)
             if schedule is not None and schedule.refresh_due(step):
                 k = schedule.n_clusters(step)
                 clusters = kmeans_assign(self._encode(contexts, ctx, instance=True), k, ctx.seed + step)
@@ -233,6 +252,7 @@ class MaclrMethod:
         pseudo = binarise(dense) + binarise(sparse_view)
         pseudo = binarise(pseudo.tocsr())  # (N, L) mixed pseudo labels, union of both views
         ctx.accounting.update(stage2_pseudo_pairs=int(pseudo.nnz), stage2_steps=c.stage2_steps)
+        self._lines.begin("stage2", c.stage2_steps)
         self._train_pairs(texts, labels, pseudo, c.stage2_steps, self.recipe.training.lr, ctx, rng)
 
     def _finetune(
@@ -243,6 +263,7 @@ class MaclrMethod:
         if truth.nnz == 0:
             raise XmcbenchError("few-shot fine-tuning has no visible (instance, label) pair; raise label_fraction")
         ctx.accounting.update(finetune_pairs=int(truth.nnz), finetune_steps=self.config.finetune_steps)
+        self._lines.begin("finetune", self.config.finetune_steps)
         self._train_pairs(texts, labels, truth, self.config.finetune_steps, self.config.finetune_lr, ctx, rng)
 
     def _train_pairs(
@@ -275,7 +296,7 @@ class MaclrMethod:
             x = self._embed([texts[i] for i in rows], ctx, instance=True)  # (N, d)
             y = self._embed([labels[j] for j in cols], ctx, instance=False)  # (N, d)
             loss = supcon_loss_from_targets(x @ y.T / self.config.temperature, positives.to(x.device))
-            self._step(loss, opt, sched, ctx, idx.size)
+            self._step(loss, opt, sched, ctx, idx.size, queries=idx.size)
 
     # ---------------------------------------------------------------------------------------
     # pieces
@@ -306,7 +327,7 @@ class MaclrMethod:
         opt = build_optimizer([(self.encoder.named_parameters(), lr)], t.weight_decay)
         return opt, build_scheduler(opt, steps, t.warmup_ratio, t.schedule)
 
-    def _step(self, loss: torch.Tensor, opt, sched, ctx: RunContext, pool: int) -> None:
+    def _step(self, loss: torch.Tensor, opt, sched, ctx: RunContext, pool: int, queries: int) -> None:
         from xmcbench.train.optim import clip_gradients
 
         opt.zero_grad(set_to_none=True)
@@ -315,6 +336,9 @@ class MaclrMethod:
         opt.step()
         sched.step()
         ctx.record_pool(pool)
+        lines = getattr(self, "_lines", None)
+        if lines is not None:
+            lines.after_step(loss, sched, queries)
 
     # ---------------------------------------------------------------------------------------
     # predict / save / load
@@ -349,6 +373,43 @@ class MaclrMethod:
 
 # -------------------------------------------------------------------------------------------
 # helpers (pure functions, tested on their own)
+
+
+class _StepLines:
+    """The epoch lines (``ctx.log_epoch``) of a step-counted run: one every ``every`` steps and at each
+    stage's end, numbered across stages (stage I, stage II, fine-tuning) so that the remaining time
+    covers the whole of training; each entry names its ``stage``."""
+
+    def __init__(self, ctx: RunContext, planned: dict[str, int]):
+        self.ctx = ctx
+        total = sum(planned.values())
+        self.every = max(1, min(STEPS_PER_LINE, math.ceil(total / MIN_LINES)))
+        self.lines = sum(math.ceil(steps / self.every) for steps in planned.values())
+        self.done = self.step = self.queries = 0
+        self.stage, self.stage_steps, self.stage_done = "", 0, 0
+
+    def begin(self, stage: str, steps: int) -> None:
+        self.stage, self.stage_steps, self.stage_done = stage, steps, 0
+        log.info("MACLR %s: %s steps, an epoch line every %s steps", stage, f"{steps:,}", f"{self.every:,}")
+
+    def after_step(self, loss: torch.Tensor, scheduler, queries: int) -> None:
+        self.step += 1
+        self.stage_done += 1
+        self.queries += queries
+        if self.stage_done % self.every and self.stage_done != self.stage_steps:
+            return
+        self.done += 1
+        self.ctx.log_epoch(
+            self.done,
+            max(self.lines, self.done),  # a stage cut short (no pseudo pairs) only shortens the run
+            step=self.step,
+            loss=loss,
+            scheduler=scheduler,
+            queries=self.queries,
+            stage=self.stage,
+            stage_step=self.stage_done,
+        )
+        self.queries = 0
 
 
 def ict_pairs(task: TrainTask, removal: float, rng: np.random.Generator) -> tuple[list[str], list[str]]:

@@ -121,11 +121,16 @@ def to_rich(table: Table, width: int | None = None, plain: bool = False):
     if width is not None:
         rows = []
         for row in table.rows:
-            if row["kind"] == "reproduced" and row.get("source"):
+            # the overview's reproduced rows say "reproduced": no run id to shorten
+            if row["kind"] == "reproduced" and row.get("source") and row["source"] != "reproduced":
                 run_ids.append(row["source"])
                 row = {**row, "source": f"run {len(run_ids)}"}
             rows.append(row)
         table = Table(**{**table.__dict__, "rows": rows})
+    # Sections are headed by their exact setting (few-shot-1% and few-shot-5% apart), so a setting
+    # column would only repeat the heading above it: its width goes to metrics instead.
+    if any(row.get("section") for row in table.rows):
+        table = Table(**{**table.__dict__, "columns": [c for c in table.columns if c.key != "setting"]})
     shown, dropped = fit_columns(table, width)
     notes = list(table.notes)
     if dropped:
@@ -151,11 +156,11 @@ def to_rich(table: Table, width: int | None = None, plain: bool = False):
             )
         else:
             out.add_column(escape(column.header), justify="right", no_wrap=True)
-    section = None
+    heading = None
     for i, row in enumerate(table.rows):
-        if row.get("section") and row["section"] != section:
-            section = row["section"]
-            label = f"── {section} ──"
+        if row.get("section") and _heading(row) != heading:
+            heading = _heading(row)
+            label = f"── {heading} ──"
             out.add_row(label if plain else f"[bold]{escape(label)}[/]", *([""] * (len(shown) - 1)))
         cells = []
         for column in shown:
@@ -164,7 +169,7 @@ def to_rich(table: Table, width: int | None = None, plain: bool = False):
             cells.append(f"{text}*" if best and plain else f"[bold green]{text}[/]" if best else text)
         nxt = table.rows[i + 1] if i + 1 < len(table.rows) else None
         if "section" in row:
-            end = nxt is not None and nxt.get("section") != row["section"]
+            end = nxt is not None and _heading(nxt) != _heading(row)
         else:  # a rule between reproduced and published rows
             end = row["kind"] == "reproduced" and (nxt is None or nxt["kind"] != "reproduced")
         out.add_row(*cells, end_section=end)
@@ -174,6 +179,11 @@ def to_rich(table: Table, width: int | None = None, plain: bool = False):
         legend = Text("\n".join(f"run {i} = {run_id}" for i, run_id in enumerate(run_ids, 1)), no_wrap=True)
         return Group(out, legend)
     return out
+
+
+def _heading(row: dict) -> str | None:
+    """A section's heading in text tables: the exact setting (its section when it has none)."""
+    return row.get("setting") or row.get("section")
 
 
 def to_markdown(table: Table) -> str:

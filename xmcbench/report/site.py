@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.report.render import format_cell
+from xmcbench.report.render import NAME_COLUMNS, format_cell
 from xmcbench.report.table import Table, build_overview, build_table
 from xmcbench.store import Store
 
@@ -47,6 +47,8 @@ tr.reproduced td { background: #eef6ff; } tr.section td { background: #fafafa; f
 .plots { display: flex; flex-wrap: wrap; gap: 1.5em; }
 figure { margin: 0; } figcaption { font-size: 0.85em; color: #444; max-width: 460px; }
 input.filter { padding: 0.3em; width: 18em; }
+table.board td.run-id { font-family: ui-monospace, monospace; font-size: 0.8em; white-space: normal; overflow-wrap: anywhere; min-width: 15em; }
+.table-wrap { overflow-x: auto; max-width: 100%; }
 svg text { font-family: system-ui, sans-serif; }
 """
 
@@ -190,14 +192,14 @@ def _dataset_page(store: Store, dataset: str, links: list[tuple[str, str]]) -> s
         "Reproduced rows are highlighted.</p>"
     ]
     metric = table.metrics[0] if table.metrics else "P@1"
-    points = [_point(row, metric) for row in table.rows]
+    points = [_point(row, metric, _cpu_hours(store, row)) for row in table.rows]
     parts.append('<h2>Plots</h2><div class="plots">')
     parts.append(
         _figure(
             _scatter(points, "gpu_hours", metric, "GPU-hours (log)", pareto=True),
             f"{metric} against GPU-hours (published: training time × GPUs as reported; reproduced: "
-            "train + predict wall time × GPUs). The line is the Pareto front: no point is both "
-            "cheaper and better.",
+            "train + predict wall time × GPUs; hollow points: runs on CPU, at their train + predict "
+            "wall-clock hours). The line is the Pareto front: no point is both cheaper and better.",
         )
     )
     parts.append(
@@ -213,11 +215,13 @@ def _dataset_page(store: Store, dataset: str, links: list[tuple[str, str]]) -> s
     )
     parts.append("</div>")
     parts.append("<h2>Results</h2>")
-    parts.append(_html_table(table, "board-" + re.sub(r"[^a-z0-9]", "", dataset.lower())))
-    curves = _loss_curves(store, [r["source"] for r in table.rows if r["kind"] == "reproduced"])
+    parts.append(_html_table(table, "board-" + re.sub(r"[^a-z0-9]", "", dataset.lower()), scroll=True))
+    methods = {r["source"]: r["method"] for r in table.rows if r["kind"] == "reproduced"}
+    curves = _loss_curves(store, list(methods))
     parts.append("<h2>Training loss per epoch</h2>")
     if curves:
-        parts.append('<div class="plots">' + "".join(_figure(svg, f"run {rid}") for rid, svg in curves) + "</div>")
+        figures = "".join(_figure(svg, f"{methods[rid]} · run {rid}") for rid, svg in curves)
+        parts.append(f'<div class="plots">{figures}</div>')
     else:
         parts.append('<p class="note">no run of this dataset recorded a loss per epoch (train_log.jsonl)</p>')
     return _page(dataset, links, "\n".join(parts))
@@ -227,8 +231,16 @@ def _figure(svg: str, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
 
 
-def _html_table(table: Table, table_id: str, header_links: dict[str, str] | None = None) -> str:
+def _html_table(table: Table, table_id: str, header_links: dict[str, str] | None = None, scroll: bool = False) -> str:
+    """``scroll``: a wide table scrolls sideways in its own box instead of running off the page."""
     header_links = header_links or {}
+    # a column with no value in any row (coverage with no reproduced run) says nothing here either
+    columns = [
+        c
+        for c in table.columns
+        if c.key in NAME_COLUMNS or c.kind == "metric" or any(row.get(c.key) is not None for row in table.rows)
+    ]
+    table = Table(**{**table.__dict__, "columns": columns})
     heads = []
     for column in table.columns:
         text = esc(column.header)
@@ -246,7 +258,9 @@ def _html_table(table: Table, table_id: str, header_links: dict[str, str] | None
             text = esc(format_cell(column, value))
             if table.is_best(i, column.key):
                 text = f'<span class="best">{text}</span>'
-            if column.kind == "text":
+            if column.key == "source" and row["kind"] == "reproduced" and row.get("source") != "reproduced":
+                cells.append(f'<td class="run-id">{text}</td>')  # a long run id wraps instead of widening the table
+            elif column.kind == "text":
                 cells.append(f"<td>{text}</td>")
             else:
                 number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
@@ -255,14 +269,16 @@ def _html_table(table: Table, table_id: str, header_links: dict[str, str] | None
     notes = "".join(f'<p class="note">{esc(n)}</p>' for n in table.notes)
     return (
         f'<input class="filter" data-for="{table_id}" placeholder="filter rows…" aria-label="filter rows">'
-        f'<table class="board" id="{table_id}"><thead><tr>{"".join(heads)}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>{notes}"
+        + ('<div class="table-wrap">' if scroll else "")
+        + f'<table class="board" id="{table_id}"><thead><tr>{"".join(heads)}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>" + ("</div>" if scroll else "") + notes
     )
 
 
 # -- plots (SVG) -----------------------------------------------------------------------------
 
-W, H, PAD_L, PAD_B, PAD_T, PAD_R = 460, 300, 52, 40, 14, 14
+W, H, PAD_L, PAD_B, PAD_T, PAD_R = 460, 300, 52, 40, 24, 14
+LEGEND_Y = 14  # the legend's baseline, in the top margin
 COLOURS = {"published": "#6c757d", "reproduced": "#d9480f"}
 
 
@@ -278,27 +294,47 @@ def _number(text: Any) -> float | None:
     return float(match.group(1).replace(",", "")) * {"": 1, "K": 1e3, "M": 1e6}[match.group(3)]
 
 
-def _point(row: dict, metric: str) -> dict:
+def _point(row: dict, metric: str, cpu_hours: float | None = None) -> dict:
+    gpu_hours = _number(row.get("gpu_hours"))
     return {
         "label": f"{row['method']} ({row['source']})",
         "kind": row["kind"],
         "y": row.get(metric),
-        "gpu_hours": _number(row.get("gpu_hours")),
+        # a CPU run has 0 GPU-hours, which a log axis cannot show: it is placed at its wall-clock hours
+        "gpu_hours": cpu_hours if not gpu_hours and cpu_hours else gpu_hours,
+        "cpu": bool(cpu_hours) and not gpu_hours,
         "pool": _number(row.get("label_pool")),
     }
 
 
+def _cpu_hours(store: Store, row: dict) -> float | None:
+    """Train + predict wall-clock hours of a reproduced run on CPU (None for anything else)."""
+    if row["kind"] != "reproduced" or row.get("gpus") != "CPU":
+        return None
+    try:
+        walls = (store.get_run(row["source"])["record"].get("compute") or {}).get("wall_time_s") or {}
+    except XmcbenchError:
+        return None
+    seconds = sum(float(walls.get(phase) or 0.0) for phase in ("train", "predict"))
+    return seconds / 3600 if seconds > 0 else None
+
+
 def _empty(message: str) -> str:
+    """A plot with nothing to show: one short line saying why (a full-size empty box reads as broken)."""
+    height = 44
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img">'
-        f'<rect width="{W}" height="{H}" fill="#fafafa" stroke="#ddd"/>'
-        f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle" fill="#888" font-size="13">{esc(message)}</text></svg>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" role="img" class="empty">'
+        f'<rect width="{W}" height="{height}" fill="#fafafa" stroke="#ddd"/>'
+        f'<text x="{W / 2}" y="{height / 2 + 4}" text-anchor="middle" fill="#666" font-size="12">{esc(message)}</text></svg>'
     )
 
 
 def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     if log:
-        return [10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+        ticks = [10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+        if sum(lo <= t <= hi for t in ticks) < 2:  # less than a decade: 1-2-5 steps, so the axis has numbers
+            ticks = [m * t for t in ticks for m in (1, 2, 5) if lo <= m * t <= hi]
+        return ticks
     step = 10 ** math.floor(math.log10(max(hi - lo, 1e-9)))
     if (hi - lo) / step < 4:
         step /= 2
@@ -306,7 +342,9 @@ def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     return [round(first + i * step, 10) for i in range(int((hi - first) / step) + 1)]
 
 
-def _axes(xlo: float, xhi: float, ylo: float, yhi: float, xlabel: str, ylabel: str, xlog: bool):
+def _axes(xlo: float, xhi: float, ylo: float, yhi: float, xlabel: str, ylabel: str, xlog: bool, xint: bool = False):
+    """Frame, grid and labels; ``xint``: whole-number x ticks only (epochs have no halves)."""
+
     def sx(x: float) -> float:
         if xlog:
             x, lo, hi = math.log10(x), math.log10(xlo), math.log10(xhi)
@@ -320,7 +358,10 @@ def _axes(xlo: float, xhi: float, ylo: float, yhi: float, xlabel: str, ylabel: s
     parts = [
         f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_B - PAD_T}" fill="white" stroke="#ccc"/>'
     ]
-    for t in _ticks(xlo, xhi, xlog):
+    xticks = _ticks(xlo, xhi, xlog)
+    if xint:
+        xticks = [t for t in xticks if float(t).is_integer()] or list(range(math.ceil(xlo), math.floor(xhi) + 1))
+    for t in xticks:
         if xlo <= t <= xhi:
             parts.append(
                 f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{PAD_T}" y2="{H - PAD_B}" stroke="#eee"/>'
@@ -354,14 +395,17 @@ def _svg(parts: list[str], label: str) -> str:
     )
 
 
-def _legend(parts: list[str]) -> None:
-    x = W - PAD_R - 150
-    for i, (kind, colour) in enumerate(COLOURS.items()):
-        y = PAD_T + 12 + i * 14
+def _legend(parts: list[str], kinds: set[str] | None = None) -> None:
+    """In the margin above the frame, in a row (inside it, it hid the points it explains); only the kinds plotted."""
+    x = PAD_L
+    for kind, colour in COLOURS.items():
+        if kinds is not None and kind not in kinds:
+            continue
         parts.append(
-            f'<circle cx="{x}" cy="{y - 4}" r="4" fill="{colour}"/>'
-            f'<text x="{x + 8}" y="{y}" font-size="10">{kind}</text>'
+            f'<circle cx="{x + 4}" cy="{LEGEND_Y - 4}" r="4" fill="{colour}"/>'
+            f'<text x="{x + 12}" y="{LEGEND_Y}" font-size="10">{kind}</text>'
         )
+        x += 90
 
 
 def _scatter(points: list[dict], xkey: str, metric: str, xlabel: str, pareto: bool = False) -> str:
@@ -373,6 +417,9 @@ def _scatter(points: list[dict], xkey: str, metric: str, xlabel: str, pareto: bo
         )
     xs, ys = [p[xkey] for p in pts], [p["y"] for p in pts]
     xlo, xhi = min(xs) / 1.5, max(xs) * 1.5
+    if xhi / xlo < 10:  # at least a decade, so that the log axis gets two numbered ticks
+        widen = math.sqrt(10 / (xhi / xlo))
+        xlo, xhi = xlo / widen, xhi * widen
     ylo, yhi = math.floor(min(ys) / 5) * 5, math.ceil(max(ys) / 5) * 5 + (5 if min(ys) == max(ys) else 0)
     sx, sy, parts = _axes(xlo, xhi, ylo, yhi, xlabel, metric, xlog=True)
     if pareto:
@@ -386,12 +433,18 @@ def _scatter(points: list[dict], xkey: str, metric: str, xlabel: str, pareto: bo
             f'<path class="pareto" d="{path}" fill="none" stroke="#1971c2" stroke-width="1.5" stroke-dasharray="4 3"/>'
         )
     for p in pts:
-        parts.append(
-            f'<circle cx="{sx(p[xkey]):.1f}" cy="{sy(p["y"]):.1f}" r="4.5" fill="{COLOURS[p["kind"]]}" '
-            f'fill-opacity="0.85"><title>{esc(p["label"])}: {metric} {p["y"]:.2f}, '
-            f"{esc(xlabel.split(' (')[0])} {p[xkey]:,.4g}</title></circle>"
+        cpu = xkey == "gpu_hours" and p.get("cpu")
+        paint = (
+            f'fill="white" stroke="{COLOURS[p["kind"]]}" stroke-width="2"'
+            if cpu
+            else f'fill="{COLOURS[p["kind"]]}" fill-opacity="0.85"'
         )
-    _legend(parts)
+        unit = "CPU wall-clock hours" if cpu else xlabel.split(" (")[0]
+        parts.append(
+            f'<circle cx="{sx(p[xkey]):.1f}" cy="{sy(p["y"]):.1f}" r="4.5" {paint}>'
+            f"<title>{esc(p['label'])}: {metric} {p['y']:.2f}, {esc(unit)} {p[xkey]:,.4g}</title></circle>"
+        )
+    _legend(parts, {p["kind"] for p in pts})
     return _svg(parts, f"{metric} against {xlabel}")
 
 
@@ -453,7 +506,7 @@ def _loss_curves(store: Store, run_ids: list[str]) -> list[tuple[str, str]]:
         xs, ys = [p[0] for p in points], [p[1] for p in points]
         xlo, xhi = min(xs) - 0.5, max(xs) + 0.5
         ylo, yhi = min(ys) * 0.9, max(ys) * 1.1 if max(ys) > 0 else 1.0
-        sx, sy, parts = _axes(xlo, xhi, ylo, yhi, "epoch", "loss", xlog=False)
+        sx, sy, parts = _axes(xlo, xhi, ylo, yhi, "epoch", "loss", xlog=False, xint=True)
         path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(points))
         parts.append(f'<path d="{path}" fill="none" stroke="#d9480f" stroke-width="2"/>')
         parts += [

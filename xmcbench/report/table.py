@@ -225,6 +225,12 @@ def section_of(setting: str | None) -> str:
     return next((s for s in SECTIONS if setting.startswith(s)), setting)
 
 
+def _setting_order(setting: str | None) -> tuple:
+    """Settings of one section in a reading order: few-shot-1% before few-shot-5% before few-shot-10%."""
+    match = re.search(r"([0-9.]+)%", setting or "")
+    return (float(match.group(1)) if match else 0.0, setting or "")
+
+
 def _setting_matches(value: str | None, wanted: str) -> bool:
     value, wanted = (value or "full").lower(), wanted.lower().replace("_", "-")
     return value == wanted or value.startswith(wanted)
@@ -235,11 +241,14 @@ def _ref_key(ref: dict) -> tuple:
 
 
 def _main_rows(references: list[dict]) -> list[dict]:
-    """Main-table rows only, and one row per printed method and setting across papers.
+    """Main-table rows only, and one row per published result across papers.
 
     Which tables are main is data (``main_tables`` / ``main`` in leaderboard/*.yaml); a row the
-    files do not know (a test's own rows) counts as main. Of duplicates (the same method printed
-    by two papers) the method's own paper wins, then the row with most numbers, then paper order.
+    files do not know (a test's own rows) counts as main. Duplicates are the same printed method
+    in two papers, or the same method (whatever its printed name) with the same numbers: a paper
+    copying another's result ("DEXML ◆" in PRIME's Table 3 is DEXML's "DecoupledSoftmax DEXML",
+    "MACLR*" in LMTX's table is MACLR's "MACLR (ours)"). Of duplicates the method's own paper wins,
+    then the row with most numbers, then paper order.
     """
     minor = _minor_rows()
     kept = [
@@ -257,7 +266,38 @@ def _main_rows(references: list[dict]) -> list[dict]:
         if name not in best or rank < best[name][0]:
             best[name] = (rank, key)
     chosen = {key for _, key in best.values()}
+    chosen -= _copied_rows({key: values for key, values in by_row.items() if key in chosen})
     return [r for r in kept if _ref_key(r) in chosen]
+
+
+SAME_VALUE = 0.011  # papers print two decimals; a copied number may be rounded the other way
+
+
+def _copied_rows(by_row: dict[tuple, list[dict]]) -> set[tuple]:
+    """Keys of rows that repeat another row's result: same method and setting, and at least two
+    metrics in common, all within ``SAME_VALUE`` (one shared number could agree by chance)."""
+
+    def rank(key: tuple) -> tuple:
+        return (_name_key(key[0]) != _name_key(key[2]), -len(by_row[key]), key[0], key[1], key[3] or "")
+
+    groups: dict[tuple, list[tuple]] = {}
+    for key, values in by_row.items():
+        if all(v["test_queries"] is None for v in values):  # a row on a sample of the test set is its own result
+            groups.setdefault((key[5], _name_key(key[2]), key[4]), []).append(key)
+    copied: set[tuple] = set()
+    for keys in groups.values():
+        kept: list[tuple] = []
+        for key in sorted(keys, key=rank):
+            mine = {v["metric"]: v["value"] for v in by_row[key]}
+            for other in kept:
+                theirs = {v["metric"]: v["value"] for v in by_row[other]}
+                shared = set(mine) & set(theirs)
+                if len(shared) >= 2 and all(abs(mine[m] - theirs[m]) <= SAME_VALUE for m in shared):
+                    copied.add(key)
+                    break
+            else:
+                kept.append(key)
+    return copied
 
 
 _MINOR_CACHE: dict[tuple, frozenset] = {}
@@ -302,6 +342,7 @@ def _curate(table: Table) -> None:
         return (
             order,
             section,
+            _setting_order(anchor["setting"]),
             value(anchor),
             anchor["source"],
             anchor["method"],
@@ -432,11 +473,19 @@ def _reference_rows(references: list[dict]) -> list[dict[str, Any]]:
                 "gpu_hours": hours * gpus if hours is not None and gpus else None,
                 "gpus": f"{ref['gpu_type'] or 'GPU'} × {gpus}" if gpus else ref["gpu_type"],
                 "batch_size": ref["batch_size"],
-                "label_pool": ref["label_pool"],
+                "label_pool": _pool_text(ref["label_pool"]),
                 "delta_vs": None,
             }
         row["_metrics"][ref["metric"]] = ref["value"]
     return list(rows.values())
+
+
+def _pool_text(value: Any) -> str | None:
+    """A published label pool as people read it: "501070" -> "501,070" ("~22K" stays as printed)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return f"{int(text):,}" if text.isdigit() else text
 
 
 def _name_key(name: str) -> str:
@@ -560,7 +609,7 @@ def build_overview(
     its best value) and reproduced runs (best finished run, ``source`` "reproduced") are separate
     rows. Columns are datasets (headers abbreviated: ``DATASET_SHORT``), in the registry's order.
     """
-    references = [r for r in store.reference_results() if r["metric"] == metric and not r["dataset_variant"]]
+    references = [r for r in store.reference_results() if not r["dataset_variant"]]
     references = [r for r in references if r["test_queries"] is None]  # samples are not comparable
     if setting is not None:
         references = [r for r in references if _setting_matches(r["setting"], setting)]
@@ -570,8 +619,9 @@ def build_overview(
         references = [
             r for r in references if _name_key(method) in (_name_key(r["method"]), _name_key(r["printed_name"]))
         ]
-    if curated:
+    if curated:  # duplicates are found on every metric a row has, then the one metric is kept
         references = _main_rows(references)
+    references = [r for r in references if r["metric"] == metric]
     runs = store.runs(status="finished")
     scores = {s["run_id"]: s["value"] for s in store.scores(names=[metric])}
     rows: dict[tuple, dict[str, Any]] = {}
@@ -622,10 +672,13 @@ def build_overview(
         out_rows.append(row)
 
     def sort_key(row: dict) -> tuple:
+        # a staircase: rows with a value in the first dataset column, best first, then the rows
+        # whose first value is in the second column, and so on; every column reads sorted
         section = row["section"]
         rank = SECTIONS.index(section) if section in SECTIONS else len(SECTIONS)
-        first = next((row[d] for d in datasets if row.get(d) is not None), None)
-        return (rank, section, -len([d for d in datasets if row.get(d) is not None]), -(first or 0), row["method"])
+        first = next((i for i, d in enumerate(datasets) if row.get(d) is not None), len(datasets))
+        value = row[datasets[first]] if first < len(datasets) else 0.0
+        return (rank, section, _setting_order(row["setting"]), first, -value, row["method"])
 
     out_rows.sort(key=sort_key)
     columns = [
