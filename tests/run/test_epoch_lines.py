@@ -35,6 +35,9 @@ METHODS = {
     "recluster_every: 1}",
     "maclr": "{name: maclr, stage1_steps: 4, k0: 4, t_k: 1, t_update: 1, label_negatives: 8, stage2_steps: 3, "
     "encode_batch_size: 64}",
+    # one cycle of two epochs: more cycles may stop early, before the bound the lines count towards
+    "lmtx": "{name: lmtx, judge: {backend: fake}, shortlist_j: 5, dev_docs: 40, train_docs: 150, max_cycles: 1, "
+    "epochs_per_cycle: 2}",
 }
 
 
@@ -52,7 +55,7 @@ def _recipe_text(encoder: str, method: str, epochs: int = 2, extra: str = "") ->
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_epoch_lines_carry_every_fact(name, tmp_path, tiny_encoder_dir, caplog):
-    extra = "supervision: {mode: zero_shot}\n" if name == "maclr" else ""
+    extra = "supervision: {mode: zero_shot}\n" if name in ("maclr", "lmtx") else ""
     path = tmp_path / "recipe.yaml"
     path.write_text(_recipe_text(tiny_encoder_dir, METHODS[name], extra=extra))
     with caplog.at_level(logging.INFO, logger="xmcbench"):
@@ -73,6 +76,8 @@ def test_epoch_lines_carry_every_fact(name, tmp_path, tiny_encoder_dir, caplog):
     if name == "maclr":  # steps, not epochs: lines across both stages, each naming its stage
         assert [e["stage"] for e in entries][0] == "stage1" and entries[-1]["stage"] == "stage2"
         assert entries[-1]["step"] == 4 + 3
+    if name == "lmtx":
+        assert [e["cycle"] for e in entries] == [1, 1]
 
 
 def test_a_run_piped_to_files_logs_its_epochs_to_stderr(tmp_path, tiny_encoder_dir):

@@ -136,6 +136,8 @@ class LmtxMethod:
         best_dir = ctx.checkpoint_dir / "lmtx-best"
         history = [{"cycle": 0, "dev_p1": best[0], "dev_mean_p_yes": best[1]}]
         positives_per_doc: list[float] = []
+        step = epoch_no = 0
+        ctx.start_clock()
         for cycle in range(1, c.max_cycles + 1):
             candidates = shortlist(train_rows, c.shortlist_j)  # (N, j)
             p = ask(train_rows, candidates)  # (N, j)
@@ -168,8 +170,21 @@ class LmtxMethod:
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
                     ctx.record_pool(pool.size)
+                    step += 1
+                # the first epoch of a cycle also holds that cycle's judging; the bound counts every cycle
+                epoch_no += 1
+                ctx.log_epoch(
+                    epoch_no,
+                    c.max_cycles * c.epochs_per_cycle,
+                    step=step,
+                    loss=loss,
+                    scheduler=scheduler,
+                    queries=int(docs.size),
+                    cycle=cycle,
+                )
 
             score = dev_score()
+            log.info("lmtx cycle %d: judge-labelled dev P@1 %.3f (best so far %.3f)", cycle, score[0], best[0])
             history.append(
                 {
                     "cycle": cycle,
