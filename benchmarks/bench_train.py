@@ -256,26 +256,12 @@ def _run(args, home: Path) -> dict:
 
 
 def _tiny_bert(home: Path) -> str:
-    """The 2-layer BERT with MiniLM's tokenizer that the tests train (tests/conftest.py), saved under ``home``."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from xmcbench.encoders import resolve_model_path
+    """The 2-layer BERT with MiniLM's tokenizer that the tests train, saved under ``home`` once."""
+    from xmcbench.encoders.tiny_bert import save_tiny_bert
 
     folder = home / "tiny-bert"
     if not (folder / "config.json").exists():
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
-        torch.manual_seed(0)
-        config = BertConfig(
-            vocab_size=tokenizer.vocab_size,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=64,
-        )
-        BertModel(config).save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        save_tiny_bert(folder)
     return str(folder)
 
 

@@ -57,24 +57,6 @@ def synth_dataset(synth_raw_dir):
 @pytest.fixture(scope="session")
 def tiny_encoder_dir(tmp_path_factory):
     """A tiny real BERT (random weights, MiniLM's tokenizer) saved as a model folder; returns its path."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from xmcbench.encoders.tiny_bert import save_tiny_bert
 
-    from xmcbench.encoders import resolve_model_path
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )  # deterministic training
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    return str(save_tiny_bert(tmp_path_factory.mktemp("tiny-bert")))

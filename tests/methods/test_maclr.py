@@ -17,6 +17,22 @@ TINY = (
     "projection_dim: 8, temperature: 0.1, finetune_steps: 3, finetune_lr: 0.001, encode_batch_size: 64}"
 )
 
+# a paper recipe shrunk to the tiny BERT: two ICT steps, one self-training step, 4 clusters
+PAPER_RECIPE_ON_TINY = [
+    "encoder.max_length=16",
+    "encoder.label_max_length=8",
+    "method.stage1_steps=2",
+    "method.stage2_steps=1",
+    "method.k0=4",
+    "method.t_k=1",
+    "method.t_update=1",
+    "method.label_negatives=4",
+    "method.projection_dim=8",
+    "training.batch_size=16",
+    "evaluation.bootstrap=0",
+    "hardware.devices=cpu",
+]
+
 
 def test_zero_shot_run_never_hands_fit_a_label_array(tiny_recipe, tmp_path, monkeypatch):
     seen = {}
@@ -158,21 +174,7 @@ def test_paper_recipe_runs_on_a_local_copy_and_shows_next_to_the_paper(tiny_enco
     repo = Path(__file__).resolve().parents[2]
     recipe = load_recipe(
         repo / "recipes/maclr/lf-wikipedia-500k-zero-shot.yaml",
-        [
-            f"encoder.name={tiny_encoder_dir}",
-            "encoder.max_length=16",
-            "encoder.label_max_length=8",
-            "method.stage1_steps=2",
-            "method.stage2_steps=1",
-            "method.k0=4",
-            "method.t_k=1",
-            "method.t_update=1",
-            "method.label_negatives=4",
-            "method.projection_dim=8",
-            "training.batch_size=16",
-            "evaluation.bootstrap=0",
-            "hardware.devices=cpu",
-        ],
+        [f"encoder.name={tiny_encoder_dir}", *PAPER_RECIPE_ON_TINY],
     )
     result = run_recipe(recipe, progress=False)
     assert result.record["status"] == "finished" and result.record["model"]["method"] == "maclr"
@@ -207,21 +209,7 @@ def test_lf_amazon_1m_recipes_run_on_files_laid_out_as_maclrs_copy(tiny_encoder_
         (raw / name).write_bytes(gzip.decompress((src / f"{name}.gz").read_bytes()))
 
     repo = Path(__file__).resolve().parents[2]
-    overrides = [
-        f"encoder.name={tiny_encoder_dir}",
-        "encoder.max_length=16",
-        "encoder.label_max_length=8",
-        "method.stage1_steps=2",
-        "method.stage2_steps=1",
-        "method.k0=4",
-        "method.t_k=1",
-        "method.t_update=1",
-        "method.label_negatives=4",
-        "method.projection_dim=8",
-        "training.batch_size=16",
-        "evaluation.bootstrap=0",
-        "hardware.devices=cpu",
-    ]
+    overrides = [f"encoder.name={tiny_encoder_dir}", *PAPER_RECIPE_ON_TINY]
     if "few-shot" in recipe_file:
         overrides.append("method.finetune_steps=2")
     recipe = load_recipe(repo / "recipes/maclr" / recipe_file, overrides)
