@@ -49,7 +49,7 @@ def hub(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory, tiny_encoder_dir):
-    """{method: run folder} of tiny finished runs (2 epochs, 60 labels), plus the home they used."""
+    """{method: run folder} of tiny finished runs (1 epoch, 60 labels), plus the home and database they used."""
     from xmcbench.run import load_recipe, run_recipe
 
     root = tmp_path_factory.mktemp("hub-runs")
@@ -58,6 +58,9 @@ def trained(tmp_path_factory, tiny_encoder_dir):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XMCBENCH_HOME", str(home))
         mp.setenv("HF_HUB_OFFLINE", "1")
+        # a user who is logged in trains: the token is in the environment of every run, so a record,
+        # log or database row that captured the environment would hold it (test_push checks none does)
+        mp.setenv("HF_TOKEN", FAKE_TOKEN)
         for method, yaml in METHOD_YAML.items():
             path = root / f"{method}.yaml"
             path.write_text(

@@ -21,7 +21,7 @@ or ``endpoint=``), so files really travel. Shapes follow huggingface_hub 2.x's o
 Writes need ``Authorization: Bearer <token>`` with a known token; a wrong token gets 401 on any
 request; private repos are invisible without one. ``fail(kind, status, times)`` makes the next
 requests of one kind ("commit", "lfs-upload", "preupload", "lfs-batch", "create") fail, to test
-interrupted pushes. ``GET /api/agent-harnesses`` (a daily telemetry registry the client fetches and
+interrupted pushes (``after=N`` lets N of them through first). ``GET /api/agent-harnesses`` (a daily telemetry registry the client fetches and
 tolerates failing) is answered 404. Everything received is kept in memory; ``requests`` logs each request with
 its headers so tests can check what the client sent.
 """
@@ -125,7 +125,8 @@ class FakeHub:
 
     # -- life ----------------------------------------------------------------------------------
     def start(self) -> FakeHub:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # a short poll interval: stop() waits for the serving loop to notice, 0.5 s by default, per test
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
         return self
 
@@ -140,10 +141,13 @@ class FakeHub:
         self.stop()
 
     # -- test helpers --------------------------------------------------------------------------
-    def fail(self, kind: str, status: int = 500, times: int = 1) -> None:
-        """Answer the next ``times`` requests of ``kind`` with ``status``."""
+    def fail(self, kind: str, status: int = 500, times: int = 1, after: int = 0) -> None:
+        """Let ``after`` requests of ``kind`` through, then answer the next ``times`` with ``status``.
+
+        ``after=1`` on "lfs-upload" interrupts a push mid-upload: one object arrived, the rest did not.
+        """
         with self._lock:
-            self._faults.setdefault(kind, []).extend([status] * times)
+            self._faults.setdefault(kind, []).extend([0] * after + [status] * times)
 
     def files(self, repo_id: str, repo_type: str = "model", revision: str = "main") -> dict[str, bytes]:
         repo = self.repos[(repo_type, repo_id)]
@@ -191,7 +195,9 @@ class FakeHub:
         with self._lock:
             pending = self._faults.get(kind)
             if pending:
-                raise _HttpError(pending.pop(0), f"simulated failure of {kind}")
+                status = pending.pop(0)
+                if status:  # 0: a request let through before the failure
+                    raise _HttpError(status, f"simulated failure of {kind}")
 
     def _user(self, h: BaseHTTPRequestHandler, required: bool) -> str | None:
         auth = h.headers.get("Authorization")

@@ -52,6 +52,12 @@ def test_recipe_with_an_hf_encoder_runs_from_the_hub_and_then_offline(
     result = run_recipe(load_recipe(recipe), runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
     assert result.record["status"] == "finished"
     assert result.record["model"]["encoder"] == "hf://authors/tiny-encoder@main"
+    # the branch named in the recipe moves; the commit it resolved to is what the run records
+    assert result.record["model"]["encoder_revision"] == sha
+    from xmcbench.store import Store
+
+    with Store.open(tmp_path / "db.duckdb", read_only=True) as store:
+        assert store.get_run(result.record["run_id"])["encoder_revision"] == sha
     snapshot = paths.home() / "hub" / "models--authors--tiny-encoder" / "snapshots" / sha
     assert (snapshot / "config.json").is_file()  # cached under $XMCBENCH_HOME, at the commit served
     assert xh.download_checkpoint("hf://authors/tiny-encoder@main").commit == sha
@@ -73,6 +79,33 @@ def test_recipe_with_an_hf_encoder_runs_from_the_hub_and_then_offline(
         TextEncoder(f"hf://authors/tiny-encoder@{sha}", max_length=16).encode(texts), local, atol=1e-6
     )
     assert len(hub.requests) == seen
+
+
+@pytest.mark.slow
+def test_a_supervised_method_starts_from_an_hf_encoder(hub, run_copy, tiny_encoder_dir, tmp_path):
+    """hf:// as the initial encoder of a trained method: downloaded, trained from, commit recorded, pushable."""
+    from xmcbench.run import load_recipe, run_recipe
+
+    sha = _publish_encoder(hub, tiny_encoder_dir, "authors/base-encoder")
+    recipe = tmp_path / "dexml-hf.yaml"
+    recipe.write_text(
+        "name: dexml-from-hub\n"
+        "dataset: {name: synth-hub, synthetic: {labels: 60, train: 200, test: 60, seed: 1}}\n"
+        "method: {name: dexml, regime: all_negatives, temperature: 0.1}\n"
+        "encoder: {name: 'hf://authors/base-encoder', max_length: 16}\n"
+        "training: {epochs: 1, batch_size: 32, lr: 0.001, warmup_ratio: 0.0}\n"
+        "evaluation: {k: [1, 5], top_k: 10, bootstrap: 0}\n"
+        "hardware: {devices: cpu}\n"
+    )
+    result = run_recipe(load_recipe(recipe), runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
+    model = result.record["model"]
+    assert result.record["status"] == "finished"
+    assert model["encoder"] == "hf://authors/base-encoder" and model["encoder_revision"] == sha
+    assert any(r["path"] == f"/authors/base-encoder/resolve/{sha}/config.json" for r in hub.requests)
+    # the card of a model trained from a Hub checkpoint names it as its base model
+    pushed = xh.push_run(result.run_dir, "tester/from-hub")
+    card = hub.files("tester/from-hub")["README.md"].decode()
+    assert "base_model: authors/base-encoder" in card and pushed.commit
 
 
 def test_hf_encoder_errors_are_one_line(hub):
@@ -117,6 +150,12 @@ def test_push_results_and_table_with_shared_results(hub, trained, run_copy, tmp_
         assert shared["scores"] == local["scores"] and shared["run_id"] == run_id
     assert "README.md" in files
     assert all(FAKE_TOKEN.encode() not in data for data in files.values())
+    # sharing again with nothing new sends nothing and makes no commit
+    seen = len(hub.requests)
+    res = runner.invoke(app, ["push-results", "--repo", "tester/results", "--db", str(trained["db"])])
+    assert res.exit_code == 0, res.output
+    assert [r["path"] for r in hub.requests[seen:] if r["method"] == "PUT" or "/commit/" in r["path"]] == []
+    assert hub.commit_count("tester/results", repo_type="dataset") == 1
 
     records = xh.fetch_results("hf://datasets/tester/results")
     assert {r["run_id"] for r in records} == run_ids
@@ -168,14 +207,27 @@ def test_push_results_and_table_with_shared_results(hub, trained, run_copy, tmp_
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes" / "hub").glob("*.yaml"))
 
 
+# The DEXML authors' released checkpoints (github.com/nilesh2797/DEXML README and dexml.ipynb) with the
+# encoder settings of their configs: (dataset, max_length = tf_max_len, normalize = norm_embs); CLS pooling.
+RELEASED = {
+    "quicktensor/dexml_eurlex-4k": ("EURLex-4K", 128, True),
+    "quicktensor/dexml_lf-amazontitles-131k": ("LF-AmazonTitles-131K", 32, True),
+    "quicktensor/dexml_lf-amazontitles-1.3m": ("LF-AmazonTitles-1.3M", 32, False),
+    "quicktensor/dexml_lf-wikipedia-500k": ("LF-Wikipedia-500K", 128, False),
+}
+
+
 def test_hub_recipes_name_released_checkpoints():
     from xmcbench.run import load_recipe
 
-    assert RECIPES
+    seen = {}
     for path in RECIPES:
         recipe = load_recipe(path)
-        assert recipe.encoder.name.startswith("hf://quicktensor/dexml_"), path
-        assert recipe.method.name == "zero_shot" and recipe.encoder.pooling == "cls"
+        assert recipe.method.name == "zero_shot" and recipe.encoder.pooling == "cls", path
+        repo = xh.parse_hub_ref(recipe.encoder.name).repo_id
+        seen[repo] = (recipe.dataset.name, recipe.encoder.max_length, recipe.encoder.normalize)
+        assert repo in path.read_text().split("Checkpoint: https://huggingface.co/")[1].split()[0], path
+    assert seen == RELEASED
 
 
 @pytest.mark.slow

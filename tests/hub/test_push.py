@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from fake_hub import FAKE_TOKEN
 from scipy import sparse
 
 import xmcbench.hub as xh
+from xmcbench.errors import XmcbenchError
 
 # every test here pushes a trained run (the session fixture trains three tiny models)
 pytestmark = pytest.mark.slow
@@ -29,15 +31,26 @@ def _no_token_in(*places) -> None:
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_push_download_load_reproduces(method, hub, run_copy, capsys):
+def test_push_download_load_reproduces(method, hub, run_copy, trained, tmp_path, caplog):
+    """`xmcbench push` of a trained run, then everything checked from what the server holds."""
+    from typer.testing import CliRunner
+
+    from xmcbench.cli import app
+
+    caplog.set_level(logging.DEBUG)  # huggingface_hub's own debug lines too: no token in any of them
     run_dir = run_copy(method)
     record = json.loads((run_dir / "record.json").read_text())
-    result = xh.push_run(run_dir, "tester/tiny-" + method)
-    assert result.commit and not result.dry_run
+    repo = "tester/tiny-" + method
+    upload = tmp_path / "upload"
+    res = CliRunner().invoke(app, ["push", str(run_dir), "--repo", repo, "--out", str(upload)])
+    assert res.exit_code == 0, res.output
+    (push,) = xh.pushes(run_dir)  # hub.json records the push
+    assert push["repo"] == repo and push["revision"] == "main" and push["commit"]
+    assert f"commit {push['commit']}" in res.output and hub.repos[("model", repo)].branches["main"] == push["commit"]
 
     # 1. byte for byte: what the server holds is the folder that was built
-    remote = hub.files("tester/tiny-" + method)
-    local = {f: (result.folder.path / f).read_bytes() for f in result.folder.files}
+    remote = hub.files(repo)
+    local = {str(p.relative_to(upload)): p.read_bytes() for p in upload.rglob("*") if p.is_file()}
     assert remote == local
     for required in (
         "README.md",
@@ -58,6 +71,10 @@ def test_push_download_load_reproduces(method, hub, run_copy, capsys):
     }.get(method, [])
     for name in extra:
         assert remote[name] == (run_dir / "checkpoints" / "model" / name.split("/")[1]).read_bytes()
+    assert (
+        remote["model.safetensors"]
+        == (run_dir / "checkpoints" / "model" / "encoder" / "model.safetensors").read_bytes()
+    )
     assert any(r["method"] == "PUT" and r["path"].startswith("/lfs-objects/") for r in hub.requests)  # LFS really used
 
     # 2. the card: YAML front matter parses, model-index = the record's scores
@@ -67,19 +84,20 @@ def test_push_download_load_reproduces(method, hub, run_copy, capsys):
     assert {"xmcbench", method, "extreme-multi-label"} <= set(front["tags"])
     assert front["datasets"] == ["synth-hub"] and front["license"] == "other"
     (entry,) = front["model-index"]
-    (res,) = entry["results"]
-    assert res["task"]["type"] == "text-classification"
-    assert res["dataset"]["name"] == "synth-hub" and res["dataset"]["split"] == "test"
-    card_scores = {m["name"]: m["value"] for m in res["metrics"]}
+    (res_entry,) = entry["results"]
+    assert res_entry["task"]["type"] == "text-classification"
+    assert res_entry["dataset"]["name"] == "synth-hub" and res_entry["dataset"]["split"] == "test"
+    card_scores = {m["name"]: m["value"] for m in res_entry["metrics"]}
     assert card_scores == {s["name"]: round(s["value"], 4) for s in record["scores"]}
-    assert {m["type"] for m in res["metrics"]} >= {"precision_at_1", "ndcg_at_5"}
+    assert {m["type"] for m in res_entry["metrics"]} >= {"precision_at_1", "ndcg_at_5"}
     assert "## Recipe (resolved)" in card and f"name: {method}" in card and "GPU-hours" in card
     assert "Labels scored per step" in card
+    assert json.loads(remote["record.json"])["scores"] == record["scores"]
 
     # 3. the predictor rebuilt from the download reproduces the run's predictions and scores
-    model = xh.load("tester/tiny-" + method)
-    assert model.commit == result.commit
-    assert model.path != result.folder.path and (model.path / "README.md").read_bytes() == remote["README.md"]
+    model = xh.load(repo)
+    assert model.commit == push["commit"]
+    assert model.path != upload and (model.path / "README.md").read_bytes() == remote["README.md"]
     scores = model.evaluate()
     for s in record["scores"]:
         assert scores[s["name"]] == pytest.approx(s["value"], abs=1e-6), s["name"]
@@ -90,11 +108,12 @@ def test_push_download_load_reproduces(method, hub, run_copy, capsys):
     pred = remove_pairs(model.predict(texts, k=20), filt)
     assert np.array_equal(_top1(pred), _top1(run_pred))
 
-    # 4. hub.json records the push; no token anywhere
-    (push,) = xh.pushes(run_dir)
-    assert push["repo"] == "tester/tiny-" + method and push["commit"] == result.commit and push["revision"] == "main"
-    out = capsys.readouterr()
-    _no_token_in(result.folder.path, run_dir, model.path, out.out, out.err, card)
+    # 4. the fake token (in the environment of training and of the push) is nowhere: not in the run
+    # (record, log, hub.json), the database, the upload folder, the download, the output, the logs,
+    # what the server stored or received in a body; it did travel, as the Authorization header
+    _no_token_in(run_dir, trained["db"].parent, upload, model.path, res.output, caplog.text, card)
+    for data in remote.values():
+        assert FAKE_TOKEN.encode() not in data
     for req in hub.requests:
         assert FAKE_TOKEN.encode() not in req["body"]
     assert any(req["headers"].get("authorization") == f"Bearer {FAKE_TOKEN}" for req in hub.requests)
@@ -120,6 +139,9 @@ def _top1(pred: sparse.csr_matrix) -> np.ndarray:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_sentence_transformers_loads_the_download_with_the_same_embeddings(method, hub, run_copy):
+    """SentenceTransformer on the downloaded repo = the encoder the run itself trained (its checkpoint,
+    loaded by the method with the run's recipe), so a wrong pooling or normalisation in the pushed
+    sentence-transformers config would show."""
     pytest.importorskip("sentence_transformers")
     from sentence_transformers import SentenceTransformer
 
@@ -128,24 +150,20 @@ def test_sentence_transformers_loads_the_download_with_the_same_embeddings(metho
     model = xh.load("tester/st-" + method)
     st = SentenceTransformer(str(model.path), device="cpu")
     texts = ["red running shoes", "a history of the roman empire", "usb c cable 2m"]
-    ours = _encoder_like_published(model).encode(texts)
     theirs = st.encode(texts, convert_to_numpy=True)
-    np.testing.assert_allclose(theirs, ours, atol=1e-5)
+    np.testing.assert_allclose(theirs, _run_encoder(run_dir).encode(texts), atol=1e-5)
+    np.testing.assert_allclose(theirs, model.encoder.encode(texts), atol=1e-5)  # what xmcbench.hub.load searches with
 
 
-def _encoder_like_published(model):
-    """xmcbench's TextEncoder on the published folder, with the modules (pooling, Normalize) it declares."""
-    from xmcbench.encoders import TextEncoder
+def _run_encoder(run_dir: Path):
+    """The query encoder of the run's own saved model (not the pushed copy)."""
+    from xmcbench.methods import METHODS
+    from xmcbench.run import load_recipe
 
-    modules = json.loads((model.path / "modules.json").read_text())
-    pooling = json.loads((model.path / "1_Pooling" / "config.json").read_text())
-    normalize = any(m["type"].endswith("Normalize") for m in modules)
-    return TextEncoder(
-        str(model.path),
-        pooling="cls" if pooling["pooling_mode_cls_token"] else "mean",
-        normalize=normalize,
-        max_length=16,
-    )
+    recipe = load_recipe(run_dir / "recipe.yaml")
+    method = METHODS.get(recipe.method.name)(recipe.method_config(), recipe)
+    method.load(run_dir / "checkpoints" / "model")
+    return getattr(method, "encoder", None) or method.model.encoder
 
 
 def test_dry_run_writes_the_folder_and_uploads_nothing(hub, run_copy, tmp_path):
@@ -162,7 +180,7 @@ def test_dry_run_writes_the_folder_and_uploads_nothing(hub, run_copy, tmp_path):
     assert hub.requests == [] and xh.pushes(run_dir) == []
 
 
-def test_push_to_a_private_branch(hub, run_copy):
+def test_push_to_a_private_branch(hub, run_copy, monkeypatch, tmp_path):
     run_dir = run_copy("dexml")
     result = xh.push_run(run_dir, "tester/branchy", private=True, revision="dev")
     repo = hub.repos[("model", "tester/branchy")]
@@ -171,6 +189,10 @@ def test_push_to_a_private_branch(hub, run_copy):
     assert hub.files("tester/branchy", revision="main") == {}
     assert xh.pushes(run_dir)[0]["revision"] == "dev"
     assert xh.load("tester/branchy", revision="dev").commit == result.commit
+    monkeypatch.delenv("HF_TOKEN")  # a private repo is invisible without a token (from an empty cache)
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path / "other-home"))
+    with pytest.raises(XmcbenchError, match="not found, or private"):
+        xh.download_checkpoint("hf://tester/branchy@" + result.commit)
 
 
 def test_push_again_is_idempotent(hub, run_copy):

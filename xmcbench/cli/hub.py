@@ -19,18 +19,20 @@ def _human(n: int) -> str:
 
 
 def _report(result, what: str) -> None:
+    # soft_wrap: a URL, commit or path is never broken across lines (users copy them)
     folder = result.folder
     if result.dry_run:
         console.print(
             f"[bold]dry run[/]: would upload {len(folder.files)} files ({_human(folder.size())}) "
             f"to {result.url}" + (f" (branch {result.revision})" if result.revision else ""),
             highlight=False,
+            soft_wrap=True,
         )
         for name in folder.files:
-            console.print(f"  {name}  {_human((folder.path / name).stat().st_size)}", highlight=False)
-        console.print(f"folder written to {folder.path}", highlight=False)
+            console.print(f"  {name}  {_human((folder.path / name).stat().st_size)}", highlight=False, soft_wrap=True)
+        console.print(f"folder written to {folder.path}", highlight=False, soft_wrap=True)
     else:
-        console.print(f"pushed {what} to {result.url} (commit {result.commit})", highlight=False)
+        console.print(f"pushed {what} to {result.url} (commit {result.commit})", highlight=False, soft_wrap=True)
 
 
 @handle_errors

@@ -86,8 +86,12 @@ def download_checkpoint(
     return ResolvedCheckpoint(ref, folder, folder.name)
 
 
-def hub_error_message(exc: BaseException, action: str) -> str:
-    """One line for the terminal: what failed and what to do, never a token."""
+def hub_error_message(exc: BaseException, action: str, retry: str = "try again") -> str:
+    """One line for the terminal: what failed and what to do, never a token.
+
+    ``retry`` is the advice for a failure of the Hub or the network (not of the user's token or repo
+    name): a push says how to finish what it started.
+    """
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -97,8 +101,13 @@ def hub_error_message(exc: BaseException, action: str) -> str:
         RevisionNotFoundError,
     )
 
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if isinstance(exc, RevisionNotFoundError):
+    outer = exc
+    exc, status = http_cause(exc)
+    uploading = re.match(r"Error while uploading '([^']+)'", str(outer))
+    if uploading and status is not None:
+        # an LFS object's upload (to the Hub's storage, not its API): the file, not the token, is the news
+        hint = f"the upload of {uploading.group(1)} failed (HTTP {status}); {retry}"
+    elif isinstance(exc, RevisionNotFoundError):
         hint = "that revision does not exist in the repo"
     elif isinstance(exc, GatedRepoError):
         hint = "the repo is gated: accept its conditions on the Hub with this account"
@@ -111,16 +120,32 @@ def hub_error_message(exc: BaseException, action: str) -> str:
     elif isinstance(exc, (OfflineModeIsEnabled, LocalEntryNotFoundError)) and os.environ.get("HF_HUB_OFFLINE") == "1":
         hint = "HF_HUB_OFFLINE=1 is set (and nothing usable is cached); unset it to reach the Hub"
     elif isinstance(exc, HfHubHTTPError) and status is not None:
-        hint = f"the Hub answered {status}; try again"
+        hint = f"the Hub answered {status}; {retry}"
     elif (
         isinstance(exc, (ConnectionError, TimeoutError, LocalEntryNotFoundError))
         or "connect" in type(exc).__name__.lower()
     ):
-        hint = f"cannot reach the Hub at {hub_endpoint() or 'https://huggingface.co'}; check the network or HF_ENDPOINT"
+        hint = (
+            f"cannot reach the Hub at {hub_endpoint() or 'https://huggingface.co'}; check the network or HF_ENDPOINT, "
+            f"then {retry}"
+        )
     else:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         hint = f"{type(exc).__name__}: {first}"
     return redact(f"cannot {action}: {hint}")
+
+
+def http_cause(exc: BaseException) -> tuple[BaseException, int | None]:
+    """The HTTP error behind ``exc`` and its status: huggingface_hub wraps some (an LFS upload's) in a RuntimeError."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        status = getattr(getattr(cur, "response", None), "status_code", None)
+        if status is not None:
+            return cur, status
+        cur = cur.__cause__ or cur.__context__
+    return exc, None
 
 
 def resolved_revision(name: str | None, revision: str | None = None) -> str | None:

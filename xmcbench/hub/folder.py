@@ -51,6 +51,9 @@ METHOD_PARTS: dict[str, dict] = {
     },
 }
 ENCODER_DIR = "encoder"
+# what TextEncoder.save writes and a sentence-transformers load needs; weights in one file or sharded
+ENCODER_FILES = ("config.json", "modules.json", "tokenizer_config.json", "1_Pooling/config.json")
+ENCODER_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 
 
 @dataclass
@@ -71,8 +74,11 @@ def check_model_files(model_dir: Path, method: str) -> None:
             "a zero-shot encoder is published as it is"
         )
     parts = METHOD_PARTS[method]
-    needed = [ENCODER_DIR + "/config.json", ENCODER_DIR + "/modules.json", *parts["arrays"], *parts["copy"]]
+    needed = [f"{ENCODER_DIR}/{name}" for name in ENCODER_FILES] + [*parts["arrays"], *parts["copy"]]
     missing = [f for f in needed if not (model_dir / f).is_file()]
+    if not any((model_dir / ENCODER_DIR / name).is_file() for name in ENCODER_WEIGHTS):
+        # without weights the folder would still upload, and SentenceTransformer(repo) would fail later
+        missing.append(f"{ENCODER_DIR}/{ENCODER_WEIGHTS[0]}")
     if not (model_dir / ENCODER_DIR).is_dir() or missing:
         raise XmcbenchError(
             f"the run's model files are missing in {model_dir} ({', '.join(missing) or ENCODER_DIR}); "

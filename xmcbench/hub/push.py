@@ -25,6 +25,8 @@ from xmcbench.hub.folder import PushFolder, build_folder, check_model_files
 from xmcbench.store.record import RECORD_FILE, load_record
 
 HUB_FILE = "hub.json"
+# what a push that the Hub or the network broke off should tell the user (see the module docstring)
+RERUN = "nothing was committed; run the same push again to finish it (files that already arrived are not sent again)"
 RECIPE_FILE = "recipe.yaml"
 _BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 
@@ -153,7 +155,7 @@ def push_run(
             commit_description=f"Pushed by xmcbench from run {run_id} ({record['task'].get('dataset')}).",
         )
     except Exception as exc:  # anything from the client means: not pushed
-        raise XmcbenchError(hub_error_message(exc, f"push run {run_id} to {repo_id}")) from None
+        raise XmcbenchError(hub_error_message(exc, f"push run {run_id} to {repo_id}", retry=RERUN)) from None
     result.commit = info.oid
     _remember(
         run_dir,

@@ -88,7 +88,8 @@ def push_results(
             commit_message=f"xmcbench: {len(records)} finished runs",
         )
     except Exception as exc:
-        raise XmcbenchError(hub_error_message(exc, f"push results to {repo_id}")) from None
+        retry = "nothing was committed; run push-results again (files that already arrived are not sent again)"
+        raise XmcbenchError(hub_error_message(exc, f"push results to {repo_id}", retry=retry)) from None
     result.commit = info.oid
     return result
 
