@@ -23,6 +23,7 @@ from xmcbench.train.distributed import (
     DistInfo,
     all_reduce_gradients,
     destroy_distributed,
+    exit_rank,
     init_distributed,
     shard_range,
     wrap_ddp,
@@ -188,8 +189,11 @@ def _run(scenario: str, out_dir: Path, init_method: str | None = None) -> None:
     info = init_distributed(device="cpu", init_method=init_method, timeout_s=120)
     try:
         SCENARIOS[scenario](info, out_dir)
-    finally:
-        destroy_distributed()
+    except BaseException:
+        destroy_distributed(wait=False)
+        raise
+    destroy_distributed()
+    exit_rank(0)  # as `xmcbench run` does under torchrun: a normal exit can abort a finished gloo rank
 
 
 if __name__ == "__main__":

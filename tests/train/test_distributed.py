@@ -91,6 +91,27 @@ def test_world_size_without_rank_says_use_torchrun(monkeypatch):
         init_distributed(device="cpu")
 
 
+def test_exit_rank_flushes_streams_and_logs_and_keeps_the_exit_code(tmp_path):
+    """exit_rank skips interpreter finalization, so whatever is still buffered must be written
+    by it: block-buffered stdout (a pipe), stderr and a logging file handler."""
+    log_file = tmp_path / "rank.log"
+    script = f"""
+import logging, sys
+from xmcbench.train.distributed import exit_rank
+logging.basicConfig(filename={str(log_file)!r}, level=logging.INFO)
+logging.getLogger("xmcbench").info("logged before exit")
+sys.stdout.write("x" * 100 + "printed before exit")
+sys.stderr.write("warned before exit")
+exit_rank(3)
+raise SystemExit("exit_rank returned")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.endswith("printed before exit")
+    assert done.stderr == "warned before exit"
+    assert "logged before exit" in log_file.read_text()
+
+
 def _single_process_reference(case: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     queries = case["queries"].clone().requires_grad_(True)
     labels = case["labels"].clone().requires_grad_(True)

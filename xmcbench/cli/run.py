@@ -68,6 +68,7 @@ def run(
     """
     from xmcbench.run import run_recipe
     from xmcbench.run.shipped import resolve_recipe
+    from xmcbench.train import destroy_distributed, exit_rank, is_distributed
 
     if (recipe is None) == (resume is None):
         raise XmcbenchError("give a recipe file or --resume RUN_ID (not both)")
@@ -93,13 +94,19 @@ def run(
             "`xmcbench run --resume <run id>` (see `xmcbench runs list`)"
         )
         raise typer.Exit(130) from None
-    if int(os.environ.get("RANK", "0")) != 0:
-        return  # under torchrun, rank 0 reports
-    print_scores(result.record)
-    console.print(f"run directory: {escape(str(result.run_dir))}", highlight=False)
-    if result.index_error:
-        err_console.print(f"[yellow]warning:[/] {escape(result.index_error)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+    multi_rank = is_distributed()
+    destroy_distributed()  # under torchrun: every rank leaves the process group together
+    exit_code = 0
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports
+        print_scores(result.record)
+        console.print(f"run directory: {escape(str(result.run_dir))}", highlight=False)
+        if result.index_error:
+            err_console.print(f"[yellow]warning:[/] {escape(result.index_error)}", highlight=False, soft_wrap=True)
+            exit_code = 1
+    if multi_rank:
+        exit_rank(exit_code)  # see exit_rank: a normal exit can abort a finished gloo rank
+    if exit_code:
+        raise typer.Exit(exit_code)
 
 
 @handle_errors
