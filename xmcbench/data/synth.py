@@ -32,7 +32,9 @@ How the data is made (vectorised; LF-AmazonTitles-1.3M's size takes a few minute
 6. Raw texts carry HTML entities like the real files (a few filler words are ``&amp;`` and
    ``&#8217;s``); some contents (and a very few titles) are empty.
 8. ``lexicon: english`` (default ``pseudo``): real English category labels and member words, for
-   methods whose teacher must *know* something (an LLM judge); see ``synth_english``.
+   methods whose teacher must *know* something (an LLM judge); see ``synth_english``. With
+   ``bodies`` its instances are title + body and some titles name their labels by an alias word
+   (the zero-shot smoke dataset: MACLR's ICT material; TF-IDF is weak).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from xmcbench.data.catalog import LF_FILES, DatasetSpec, Source, check_dataset_name
 from xmcbench.data.formats.lf_json import orjson, write_lines
 from xmcbench.data.raw import record_manifest
-from xmcbench.data.synth_english import check_labels as check_english_labels
+from xmcbench.data.synth_english import check_options as check_english_options
 from xmcbench.data.synth_english import generate as generate_english
 
 _ONSETS = [
@@ -114,14 +116,15 @@ class SynthParams(BaseModel):
     paraphrase: bool = False  # queries paraphrase their labels (module docstring, item 7)
     # "english": category labels and real member words instead of pseudo-words (synth_english.py)
     lexicon: Literal["pseudo", "english"] = "pseudo"
+    # english only: title + body instances, some titles naming labels by an alias (synth_english; MACLR smoke)
+    bodies: bool = False
 
     @model_validator(mode="after")
     def _fill_topics(self) -> SynthParams:
         if self.n_topics is None:
             self.n_topics = max(2, self.n_labels // 40)
         self.n_topics = min(self.n_topics, self.n_labels)
-        if self.lexicon == "english":
-            check_english_labels(self.n_labels)
+        check_english_options(self.lexicon, self.n_labels, self.bodies)
         return self
 
 
@@ -463,6 +466,8 @@ def make_synthetic_spec(
         query_text = "title+content"  # a paraphrase dataset is full-text, like LF-Amazon-131K
     if p.lexicon == "pseudo":
         del synthetic["lexicon"]  # likewise
+    if not p.bodies:
+        del synthetic["bodies"]  # likewise
     return DatasetSpec(
         name=name,
         raw_group=name,

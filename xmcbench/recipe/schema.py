@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from xmcbench.data.synth_english import check_labels as check_english_labels
+from xmcbench.data.synth_english import check_options as check_english_options
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import check_name
 from xmcbench.metrics.names import FAMILIES, is_metric_name
@@ -60,11 +60,12 @@ class SyntheticSpec(Section):
     paraphrase: bool = False
     # real English category labels and member words (xmcbench.data.synth_english), at most 40 labels
     lexicon: Literal["pseudo", "english"] = "pseudo"
+    # english only: title + body instances, some titles naming labels by an alias (synth_english; MACLR smoke)
+    bodies: bool = False
 
     @model_validator(mode="after")
-    def _english_has_enough_categories(self) -> SyntheticSpec:
-        if self.lexicon == "english":
-            check_english_labels(self.labels)
+    def _english_options(self) -> SyntheticSpec:
+        check_english_options(self.lexicon, self.labels, self.bodies)
         return self
 
 
