@@ -10,7 +10,15 @@ import pytest
 from pydantic import ValidationError
 
 from xmcbench.data.synth import make_synthetic_spec, synthesize
-from xmcbench.data.synth_english import ALIAS_TITLES, BODY_MEMBERS, FILLERS, MAX_EXTRA, MEMBERS_PER_LABEL, lexicon
+from xmcbench.data.synth_english import (
+    ALIAS_TITLES,
+    BODY_MEMBERS,
+    FILLERS,
+    MAX_EXTRA,
+    MEMBERS_PER_LABEL,
+    _aliases,
+    lexicon,
+)
 from xmcbench.recipe.schema import SyntheticSpec
 
 
@@ -134,6 +142,14 @@ def test_bodies_name_other_members_and_some_titles_use_aliases_only(tmp_path):
     assert (a / "trn.json.gz").read_bytes() != synthesize(
         tmp_path / "b", 30, 50, 10, seed=2, lexicon="english"
     ).joinpath("trn.json.gz").read_bytes()
+
+
+def test_aliases_are_never_lexicon_words():
+    """Seed 94's alias stream holds "luge", a member of winter sports: an alias must be unknown."""
+    vocabulary = {w for _, c, members in lexicon() for text in (c, *members) for w in text.split(" ")}
+    for seed in (0, 26, 68, 94):
+        aliases = _aliases(40, seed)
+        assert len(set(aliases)) == 40 and not set(aliases) & vocabulary
 
 
 def test_bodies_is_recorded_in_the_spec_and_needs_the_english_lexicon():

@@ -78,10 +78,7 @@ def generate(p, out_dir: Path, dumps, write_lines) -> None:
     weight = 1.0 / (rng.permutation(p.n_labels) + 1.0) ** p.zipf_exponent  # Zipfian, random rank
     weight /= weight.sum()
 
-    if p.bodies:
-        from xmcbench.data.synth import make_words  # synth imports this module
-
-        aliases = make_words(p.n_labels + 200, np.random.default_rng([p.seed, 1]))[200:]  # 3+ syllables
+    aliases = _aliases(p.n_labels, p.seed) if p.bodies else []
     write_lines(
         out_dir / "lbl.json.gz",
         (dumps({"uid": f"L{i:08d}", "title": lex[r][1], "content": ""}) for i, r in enumerate(chosen.tolist())),
@@ -119,6 +116,21 @@ def generate(p, out_dir: Path, dumps, write_lines) -> None:
             )
         write_lines(out_dir / file, iter(lines), compresslevel=p.compresslevel)
         write_lines(out_dir / filter_file, iter(()), compress=False)
+
+
+def _aliases(n: int, seed: int) -> list[str]:
+    """One made-up word per label, none of them a word of the lexicon or of a filler.
+
+    Pseudo-words from the generator's syllables, from its own random stream (the other draws do not
+    move), read from position 200 of the list (where seed 0's aliases, behind the measured smoke
+    figures, come from); a few seeds make a real one ("luge" with seed 94), which is skipped.
+    """
+    from xmcbench.data.synth import make_words  # synth imports this module
+
+    taken = {w for _, category, members in lexicon() for text in (category, *members) for w in text.split(" ")}
+    taken |= {w for filler in FILLERS for w in filler.split(" ")}
+    words = make_words(n + 200 + len(taken), np.random.default_rng([seed, 1]))[200:]
+    return [str(w) for w in words if w not in taken][:n]
 
 
 def _body(lex, chosen, labels: list[int], title_words: list[str], rng: np.random.Generator) -> str:
