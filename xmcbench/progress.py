@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import partialmethod
 from typing import TypeVar
 
 from rich.console import Console
@@ -16,6 +19,26 @@ _ENABLED = {"bars": True}
 def set_enabled(enabled: bool) -> None:
     """Switch every progress bar of this process on or off (the CLI: off with --quiet or when stderr is no terminal)."""
     _ENABLED["bars"] = bool(enabled)
+
+
+def silence_library_bars() -> None:
+    """Switch off the model libraries' own bars (huggingface_hub, transformers, plain tqdm) in this process.
+
+    The environment switches are read at import: tqdm applies ``TQDM_*`` when it is imported
+    (``tqdm.utils.envwrap``) and torch imports it before the CLI has parsed ``--quiet``, so a bar
+    such as transformers' GGUF conversion still redrew into log files; an imported tqdm gets the
+    same default override tqdm itself would have applied.
+    """
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    std = sys.modules.get("tqdm.std")
+    if std is not None and "_xmcbench_unsilenced" not in vars(std.tqdm):
+        std.tqdm._xmcbench_unsilenced = vars(std.tqdm)["__init__"]  # to switch back (tests)
+        std.tqdm.__init__ = partialmethod(std.tqdm.__init__, disable=True)
 
 
 def bars_enabled(enabled: bool = True) -> bool:

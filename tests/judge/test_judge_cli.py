@@ -28,7 +28,7 @@ def test_judge_eval_reports_quality_and_injection_then_the_cache_answers(tmp_pat
     ]
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
-    out = json.loads(first.output)
+    out = json.loads(first.stdout)  # stderr carries the log lines
     assert (
         out["n_pairs"] == 30
         and 0 <= out["auc"] <= 1
@@ -37,7 +37,7 @@ def test_judge_eval_reports_quality_and_injection_then_the_cache_answers(tmp_pat
     )
     assert sum(g["pairs"] for g in out["groups"].values()) == 30
     assert out["judge"]["asked"] == 30 and len(out["injection"]) == 2
-    again = json.loads(runner.invoke(app, args + ["--no-injection"]).output)
+    again = json.loads(runner.invoke(app, args + ["--no-injection"]).stdout)
     assert again["judge"]["asked"] == 0 and again["judge"]["cache_hits"] == 30
     stats = runner.invoke(app, ["judge", "cache", "stats"])
     assert "30 judgements" in stats.output

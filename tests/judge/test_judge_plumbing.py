@@ -87,6 +87,21 @@ def test_cached_judge_never_asks_twice(tmp_path):
     assert cache.stats() == []
 
 
+def test_judging_logs_its_progress_chunk_by_chunk(tmp_path, caplog):
+    cache = JudgementCache(tmp_path / "j.duckdb")
+    texts, labels = [f"doc {i}" for i in range(5)], ["alpha", "beta"]
+    docs, labs = np.repeat(np.arange(5), 2), np.tile([0, 1], 5)
+    judge = CachedJudge(build_judge(JudgeConfig(backend="fake")), cache, load_prompt("eurlex-4k"))
+    judge.judge_pairs("v1", docs[:4], labs[:4], texts, labels)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="xmcbench.judge"):
+        judge.judge_pairs("v1", docs, labs, texts, labels, chunk=4)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "judge: 10 pairs, 4 answered by the cache, 6 to ask"
+    assert [line.split(",")[0] for line in lines[1:]] == ["judge: 4/6 asked", "judge: 6/6 asked"]
+    assert lines[-1].endswith("~0s left")
+
+
 def _writer(path: str, start: int, n: int) -> None:
     cache = JudgementCache(__import__("pathlib").Path(path))
     for i in range(start, start + n):

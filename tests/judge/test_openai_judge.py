@@ -106,7 +106,9 @@ def test_http_judge_serving_the_real_model_agrees_with_it(qwen_judge):
     direct = qwen_judge.p_yes(docs, labels, PROMPT)
     with JudgeServer(lambda text: float(qwen_judge.score_messages([text])[0])) as srv:
         over_http = OpenAIJudge(srv.base_url, "qwen2.5-coder-0.5b", concurrency=1).p_yes(docs, labels, PROMPT)
-    # One request per pair over HTTP, left-padded batches of 6 directly: bf16 rounding differs by a few 0.01.
-    np.testing.assert_allclose(over_http, direct, atol=0.05)
+    # One request per pair over HTTP; directly, the pairs of a document share its prefix's cache. Each bf16
+    # path is within 0.033 of float32 (mean 0.010, measured on 160 pairs), so two of them differ by up to ~0.07.
+    np.testing.assert_allclose(over_http, direct, atol=0.08)
+    assert np.abs(over_http - direct).mean() < 0.03
     truth = np.array(truth)
     assert over_http[truth].mean() > over_http[~truth].mean()

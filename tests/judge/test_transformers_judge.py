@@ -63,6 +63,22 @@ def test_the_small_judge_ranks_right_labels_above_wrong_ones(qwen_judge):
 
 
 @pytest.mark.slow
+def test_a_document_judged_against_many_labels_is_read_once_with_the_same_answers(qwen_folder):
+    from xmcbench.judge.transformers_judge import TransformersJudge
+
+    judge = TransformersJudge(str(qwen_folder), threads=1, batch_size=4, dtype="float32")  # float32: a tight check
+    docs = sorted({d for d, _, _ in PAIRS})[:4]
+    labels = sorted({lt for _, lt, _ in PAIRS})[:5]
+    pairs = [(d, lt) for d in docs for lt in labels] + [(docs[0] + " (once)", labels[0])]  # a document asked once
+    prompt = load_prompt("eurlex-4k")
+    shared = judge.p_yes([d for d, _ in pairs], [lt for _, lt in pairs], prompt)
+    assert judge.stats.extra["prefix_tokens_reused"] > 4 * 4 * 20  # 4 documents, 4 reuses each, >= 20 tokens
+    alone = judge.score_messages([prompt.render(d, lt) for d, lt in pairs])  # no groups: every row whole
+    np.testing.assert_allclose(shared, alone, atol=1e-4)
+    assert judge.stats.asked == 2 * len(pairs)
+
+
+@pytest.mark.slow
 def test_long_documents_are_cut_never_the_question(qwen_judge):
     before = qwen_judge.stats.truncated
     long_doc = "usb hub with four ports " * 400
@@ -113,7 +129,7 @@ def test_judge_eval_runs_the_real_small_judge_on_the_english_dataset(qwen_folder
     args = ["judge", "eval", "--dataset", "synth-judge-en", "--model", QWEN_05B, "--prompt", "eurlex-4k"]
     result = CliRunner().invoke(app, args + ["--sample", "6", "--no-injection", "--threads", "1", "--json"])
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)  # stderr may carry transformers' weight-loading bar
     assert out["n_pairs"] == 12 and out["judge"]["asked"] == 12 and out["judge"]["backend"] == "transformers"
     assert out["judge"]["revision"] == QWEN_05B.rsplit("=", 1)[1] and 0 <= out["auc"] <= 1
     assert 0 < out["mean_p_pos"] < 1 and 0 < out["mean_p_neg"] < 1

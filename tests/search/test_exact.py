@@ -109,6 +109,38 @@ def test_faiss_integer_ties_are_sorted_by_label():
     assert top_k(got, 25).tolist() == [[j for j, _ in row] for row in expected]
 
 
+@pytest.mark.parametrize("k", [1, 5, 24])
+def test_faiss_ties_across_the_cut_go_to_the_lower_label(k):
+    """faiss cuts a tie at the k-th place in an order of its own; xmcbench redoes those rows exactly."""
+    pytest.importorskip("faiss")
+    q, keys = _integer_embeddings(9, n=200, n_labels=60, d=4)  # 4-d small integers: most rows tie at the cut
+    exclude = sp.csr_matrix((np.random.default_rng(9).random((200, 60)) < 0.1).astype(np.float32))
+    for ex in (None, exclude):
+        for chunk in (None, 7):
+            got = exact_topk(q, keys, k, backend="faiss", exclude=ex, chunk_size=chunk)
+            expected = _brute(q, keys, k, ex)
+            assert _as_rows(got) == [sorted(row) for row in expected]
+            assert (got != exact_topk(q, keys, k, backend="torch", device="cpu", exclude=ex)).nnz == 0
+
+
+def test_auto_backend_is_faiss_on_cpu_and_torch_without_it(monkeypatch):
+    from xmcbench.search import resolve_backend
+
+    assert resolve_backend("torch", "cpu") == "torch" and resolve_backend("faiss", "cuda") == "faiss"
+    assert resolve_backend("auto", "cuda") == "torch"  # the GPU matmul: faiss-gpu is an extra
+    has_faiss = True
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        has_faiss = False
+    assert resolve_backend("auto", "cpu") == ("faiss" if has_faiss else "torch")
+    monkeypatch.setitem(__import__("sys").modules, "faiss", None)  # import faiss now raises ImportError
+    assert resolve_backend("auto", "cpu") == "torch"
+    q, keys = _integer_embeddings(10, n=20, n_labels=30)
+    expected = _brute(q, keys, 5)
+    assert _as_rows(exact_topk(q, keys, 5, device="cpu")) == [sorted(row) for row in expected]
+
+
 def test_bad_inputs():
     q, keys = _integer_embeddings(6, n=3, n_labels=4)
     with pytest.raises(XmcbenchError, match="dimension"):

@@ -69,8 +69,6 @@ def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
     Progress bars appear only when stderr is a terminal (and not with --quiet); otherwise the
     model libraries' own bars are switched off too, so a log file holds lines, not bar redraws.
     """
-    import os
-
     from xmcbench import progress
 
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
@@ -89,8 +87,7 @@ def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
     bars = not quiet and sys.stderr.isatty()
     progress.set_enabled(bars)
     if not bars:
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        os.environ.setdefault("TQDM_DISABLE", "1")
+        progress.silence_library_bars()
 
 
 app.command("run")(run.run)

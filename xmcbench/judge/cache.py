@@ -15,6 +15,7 @@ counts cache hits in the judge's stats.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from xmcbench.paths import home
 __all__ = ["CachedJudge", "JudgementCache", "default_cache_path"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS judgements (
@@ -218,8 +220,11 @@ class CachedJudge:
             if self.cache is not None
             else np.full(len(doc_ids), np.nan)
         )
-        self.stats.cache_hits += int(np.isfinite(p).sum())
+        hits = int(np.isfinite(p).sum())
+        self.stats.cache_hits += hits
         todo = np.flatnonzero(np.isnan(p))
+        log.info("judge: %d pairs, %d answered by the cache, %d to ask", len(p), hits, todo.size)
+        start = time.monotonic()
         for s in range(0, todo.size, chunk):
             idx = todo[s : s + chunk]
             answers = self.judge.p_yes(
@@ -228,4 +233,8 @@ class CachedJudge:
             p[idx] = answers
             if self.cache is not None:
                 self.cache.store(dataset_version, self.prompt.id, self.model_key, doc_ids[idx], label_ids[idx], answers)
+            done, elapsed = s + idx.size, time.monotonic() - start
+            rate = done / max(elapsed, 1e-9)
+            left = (todo.size - done) / rate
+            log.info("judge: %d/%d asked, %.2f/s, %.0fs elapsed, ~%.0fs left", done, todo.size, rate, elapsed, left)
         return p

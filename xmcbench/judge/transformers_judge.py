@@ -6,6 +6,12 @@ read off the next-token distribution after the chat-formatted prompt, where YES 
 single-token spellings of "yes" / "no" the tokenizer has ("yes", "Yes", " yes", "YES", …).
 Batches are sorted by length and left-padded so the last position is every row's next token.
 
+A document judged against several labels is read once: the questions of one document share a
+token prefix (chat template, document, the question's start: all the packaged prompts put
+``{doc}`` first), which is run through the model once and its key/value cache reused for each
+label's remaining tokens. The token sequences are the same as without sharing, so P(yes) is the
+same up to float rounding (``tests/judge``); LMTX asks j labels per document.
+
 The model is a folder, a GGUF file or a ``parts:`` spec (``model_files``); bf16 on GPU, and on CPU
 the dtype setting decides (bf16 by default: the measured speed in offline.md). ``threads`` sets
 torch's CPU threads (1 in CI, where cores are shared).
@@ -27,6 +33,7 @@ from xmcbench.judge.model_files import resolve_model
 
 log = logging.getLogger(__name__)
 
+_MIN_SHARED = 8  # tokens: a shorter common prefix is not worth its own forward pass
 _SPELLINGS = ("yes", "Yes", "YES", " yes", " Yes", " YES", "no", "No", "NO", " no", " No", " NO")
 
 
@@ -102,8 +109,9 @@ class TransformersJudge:
 
     def p_yes(self, docs: Sequence[str], label_texts: Sequence[str], prompt: Prompt) -> np.ndarray:
         truncated_before = self.stats.truncated
-        messages = [prompt.render(self._fit_doc(d, lt, prompt), lt) for d, lt in zip(docs, label_texts, strict=False)]
-        out = self.score_messages(messages)
+        fitted = [self._fit_doc(d, lt, prompt) for d, lt in zip(docs, label_texts, strict=True)]
+        messages = [prompt.render(d, lt) for d, lt in zip(fitted, label_texts, strict=True)]
+        out = self.score_messages(messages, groups=fitted)
         if self.stats.truncated > truncated_before:
             log.warning(
                 "judge: %d of %d documents cut to fit %d tokens (the question is kept whole)",
@@ -113,31 +121,86 @@ class TransformersJudge:
             )
         return out
 
-    def score_messages(self, messages: Sequence[str]) -> np.ndarray:
-        """(n,) P(yes) of user messages as given (chat-formatted here; no truncation)."""
+    def score_messages(self, messages: Sequence[str], groups: Sequence[str] | None = None) -> np.ndarray:
+        """(n,) P(yes) of user messages as given (chat-formatted here; no truncation).
+
+        ``groups``: one key per message (the document); messages of a key with a common token
+        prefix of at least ``_MIN_SHARED`` tokens run that prefix once.
+        """
         import torch
 
         start = time.perf_counter()
-        texts = [self._format(m) for m in messages]
-        out = np.empty(len(texts), dtype=np.float64)
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        yes = torch.tensor(self.yes_ids, device=self.device)
-        no = torch.tensor(self.no_ids, device=self.device)
+        ids = [self.tokenizer(self._format(m), add_special_tokens=False)["input_ids"] for m in messages]
+        out = np.empty(len(ids), dtype=np.float64)
+        members: dict[str, list[int]] = {}
+        for i, key in enumerate(groups if groups is not None else ()):
+            members.setdefault(key, []).append(i)
+        alone: list[int] = []
+        shared = 0
         with torch.inference_mode():
-            for s in range(0, len(order), self.batch_size):
-                idx = order[s : s + self.batch_size]
-                batch = self.tokenizer(
-                    [texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False
-                ).to(self.device)
-                # Left padding: positions count from each row's first real token, as generate() does.
-                positions = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-                logits = self.model(**batch, position_ids=positions, logits_to_keep=1).logits[:, -1].float()  # (b, V)
-                logp = torch.log_softmax(logits, dim=-1)
-                p = torch.sigmoid(torch.logsumexp(logp[:, yes], -1) - torch.logsumexp(logp[:, no], -1))  # (b,)
-                out[idx] = p.cpu().numpy()
+            for rows in members.values() if groups is not None else [range(len(ids))]:
+                prefix = _common_prefix([ids[i] for i in rows]) if len(rows) > 1 else 0
+                if groups is None or prefix < _MIN_SHARED:
+                    alone.extend(rows)
+                    continue
+                shared += prefix * (len(rows) - 1)
+                cache = self.model(
+                    input_ids=torch.tensor([ids[rows[0]][:prefix]], device=self.device), use_cache=True
+                ).past_key_values  # the prefix's keys and values, batch 1
+                rows = sorted(rows, key=lambda i: len(ids[i]))
+                for s in range(0, len(rows), self.batch_size):
+                    idx = rows[s : s + self.batch_size]
+                    out[idx] = self._p_yes_batch([ids[i][prefix:] for i in idx], cache, prefix)
+            alone.sort(key=lambda i: len(ids[i]))
+            for s in range(0, len(alone), self.batch_size):
+                idx = alone[s : s + self.batch_size]
+                out[idx] = self._p_yes_batch([ids[i] for i in idx])
         elapsed = time.perf_counter() - start
-        self.stats.asked += len(texts)
+        self.stats.asked += len(ids)
         self.stats.llm_seconds += elapsed
+        self.stats.extra["prefix_tokens_reused"] = self.stats.extra.get("prefix_tokens_reused", 0) + shared
         if self.device.startswith("cuda"):
             self.stats.gpu_hours += elapsed / 3600
         return out
+
+    def _p_yes_batch(self, rows: list[list[int]], cache=None, prefix: int = 0) -> np.ndarray:
+        """(b,) P(yes) after each row of token ids, left-padded; after a cached prefix when given."""
+        import copy
+
+        import torch
+
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)  # (b, S)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)  # (b, S)
+        # Positions count from each row's first real token, as generate() does, after the prefix.
+        positions = prefix + (mask.cumsum(-1) - 1).clamp(min=0)  # (b, S)
+        if cache is not None:
+            cache = copy.deepcopy(cache)  # the forward appends to it: every batch starts from the prefix
+            cache.batch_repeat_interleave(len(rows))
+            mask = torch.cat([torch.ones(len(rows), prefix, dtype=mask.dtype, device=self.device), mask], dim=1)
+        logits = (
+            self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                logits_to_keep=1,
+            )
+            .logits[:, -1]
+            .float()
+        )  # (b, V)
+        logp = torch.log_softmax(logits, dim=-1)
+        yes = torch.tensor(self.yes_ids, device=self.device)
+        no = torch.tensor(self.no_ids, device=self.device)
+        p = torch.sigmoid(torch.logsumexp(logp[:, yes], -1) - torch.logsumexp(logp[:, no], -1))  # (b,)
+        return p.cpu().numpy()
+
+
+def _common_prefix(seqs: list[list[int]]) -> int:
+    """Length of the longest common prefix, kept below the shortest sequence (each keeps one token)."""
+    shortest = min(len(s) for s in seqs)
+    n = 0
+    while n < shortest - 1 and all(s[n] == seqs[0][n] for s in seqs):
+        n += 1
+    return n

@@ -21,6 +21,7 @@ from xmcbench.data.tokenized import TokenCache
 from xmcbench.errors import XmcbenchError
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
 from xmcbench.progress import task as progress_task
+from xmcbench.search import SearchBackend
 
 
 class DualEncoderConfig(MethodConfig):
@@ -35,7 +36,7 @@ class DualEncoderConfig(MethodConfig):
     cluster_start_epoch: int = Field(default=10, ge=0)  # NGAME: random batches before epoch 10
     recluster_every: int = Field(default=5, ge=1)  # NGAME: re-cluster every 5 epochs
     encode_batch_size: int = Field(default=256, gt=0)  # no-grad encoding (refreshes, predict)
-    search_backend: Literal["torch", "faiss"] = "torch"
+    search_backend: SearchBackend = "auto"  # faiss on CPU when installed, torch on CUDA (xmcbench.search)
 
 
 def build_encoder(recipe, *, dropout: float = 0.0, projection_dim: int | None = None, normalize: bool | None = None):

@@ -37,6 +37,7 @@ from scipy import sparse
 from xmcbench.judge import CachedJudge, JudgeConfig, JudgementCache, build_judge, load_prompt
 from xmcbench.methods import dual_encoder as de
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
+from xmcbench.search import SearchBackend
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class LmtxConfig(MethodConfig):
     max_positives: int | None = Field(default=None, gt=0)  # rank cap: the r most likely "yes" per document
     margin: float = Field(default=0.3, ge=0)  # paper §2.7: γ = 0.3
     encode_batch_size: int = Field(default=256, gt=0)
-    search_backend: Literal["torch", "faiss"] = "torch"
+    search_backend: SearchBackend = "auto"  # faiss on CPU when installed, torch on CUDA (xmcbench.search)
 
 
 def otsu_threshold(p: np.ndarray) -> float:

@@ -47,6 +47,7 @@ from scipy import sparse
 
 from xmcbench.errors import XmcbenchError
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
+from xmcbench.search import SearchBackend
 
 log = logging.getLogger(__name__)
 # MACLR counts steps, not epochs: its "epoch" lines come every STEPS_PER_LINE steps (minutes apart
@@ -80,7 +81,7 @@ class MaclrConfig(MethodConfig):
     projection_dim: int | None = Field(default=512, gt=0)  # null: no head (keep a sentence encoder's space)
     temperature: float = Field(default=1.0, gt=0)  # not reported: 1.0 is the printed equations
     encode_batch_size: int = Field(default=256, gt=0)
-    search_backend: str = Field(default="torch", pattern="^(torch|faiss)$")
+    search_backend: SearchBackend = "auto"  # faiss on CPU when installed, torch on CUDA (xmcbench.search)
 
 
 class MaclrMethod:

@@ -18,11 +18,12 @@ from pydantic import Field
 from scipy import sparse
 
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
+from xmcbench.search import SearchBackend
 
 
 class ZeroShotConfig(MethodConfig):
     encode_batch_size: int = Field(default=256, gt=0)
-    search_backend: str = Field(default="torch", pattern="^(torch|faiss)$")
+    search_backend: SearchBackend = "auto"  # faiss on CPU when installed, torch on CUDA (xmcbench.search)
 
 
 class ZeroShotMethod:
