@@ -42,3 +42,11 @@ def test_silencing_twice_wraps_once(restored):
     once = vars(tqdm.std.tqdm)["__init__"]  # the descriptor: attribute access makes a new function each time
     progress.silence_library_bars()
     assert vars(tqdm.std.tqdm)["__init__"] is once
+
+
+def test_a_users_own_tqdm_setting_is_kept(restored, monkeypatch):
+    from tqdm.auto import tqdm
+
+    monkeypatch.setenv("TQDM_DISABLE", "0")  # the user asked for bars, even in a log file
+    progress.silence_library_bars()
+    assert not tqdm(range(3), file=io.StringIO()).disable

@@ -25,18 +25,20 @@ def silence_library_bars() -> None:
     """Switch off the model libraries' own bars (huggingface_hub, transformers, plain tqdm) in this process.
 
     The environment switches are read at import: tqdm applies ``TQDM_*`` when it is imported
-    (``tqdm.utils.envwrap``) and torch imports it before the CLI has parsed ``--quiet``, so a bar
-    such as transformers' GGUF conversion still redrew into log files; an imported tqdm gets the
-    same default override tqdm itself would have applied.
+    (``tqdm.utils.envwrap``), and whatever imported torch before the CLI ran (``python -m``, a
+    caller's own code) has imported tqdm too, so a bar such as transformers' GGUF conversion still
+    redrew into log files. An imported tqdm gets the override tqdm itself would have applied. A
+    switch the user set (``TQDM_DISABLE=0``) is left alone.
     """
+    hub_chosen, tqdm_chosen = "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ, "TQDM_DISABLE" in os.environ
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
-    if "huggingface_hub" in sys.modules:
+    if "huggingface_hub" in sys.modules and not hub_chosen:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
     std = sys.modules.get("tqdm.std")
-    if std is not None and "_xmcbench_unsilenced" not in vars(std.tqdm):
+    if std is not None and not tqdm_chosen and "_xmcbench_unsilenced" not in vars(std.tqdm):
         std.tqdm._xmcbench_unsilenced = vars(std.tqdm)["__init__"]  # to switch back (tests)
         std.tqdm.__init__ = partialmethod(std.tqdm.__init__, disable=True)
 

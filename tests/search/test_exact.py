@@ -10,6 +10,13 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.metrics import top_k
 from xmcbench.search import exact_topk
 
+try:
+    import faiss  # noqa: F401
+
+    BACKENDS = ["torch", "faiss"]
+except ImportError:
+    BACKENDS = ["torch", pytest.param("faiss", marks=pytest.mark.skip(reason="faiss is not installed"))]
+
 
 def _integer_embeddings(seed: int, n: int = 120, n_labels: int = 90, d: int = 6):
     """Small-integer embeddings: inner products are exact in float32 and tie often."""
@@ -43,13 +50,14 @@ def _as_rows(csr):
     ]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "chunking",
     [{}, {"chunk_size": 1}, {"chunk_size": 17}, {"label_chunk_size": 7}, {"chunk_size": 13, "label_chunk_size": 40}],
 )
-def test_matches_brute_force_with_exact_ties(chunking):
+def test_matches_brute_force_with_exact_ties(chunking, backend):
     q, keys = _integer_embeddings(0)
-    got = exact_topk(q, keys, 8, device="cpu", **chunking)
+    got = exact_topk(q, keys, 8, device="cpu", backend=backend, **chunking)
     assert got.shape == (120, 90) and got.has_canonical_format and got.dtype == np.float32
     expected = _brute(q, keys, 8)
     assert _as_rows(got) == [sorted(row) for row in expected]  # ties at the k-th place: lower labels
@@ -57,31 +65,43 @@ def test_matches_brute_force_with_exact_ties(chunking):
     assert top_k(got, 8).tolist() == [[j for j, _ in row] for row in expected]
 
 
-def test_exclude_removes_pairs_before_top_k():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exclude_removes_pairs_before_top_k(backend):
     q, keys = _integer_embeddings(1, n=40, n_labels=30)
     rng = np.random.default_rng(1)
     exclude = sp.csr_matrix((rng.random((40, 30)) < 0.2).astype(np.float32))
     for chunking in ({}, {"chunk_size": 3, "label_chunk_size": 11}):
-        got = exact_topk(q, keys, 5, device="cpu", exclude=exclude, **chunking)
+        got = exact_topk(q, keys, 5, device="cpu", backend=backend, exclude=exclude, **chunking)
         assert _as_rows(got) == [sorted(r) for r in _brute(q, keys, 5, exclude)]
         assert got.multiply(exclude).nnz == 0
 
 
-def test_k_larger_than_label_count_and_exclusions_leave_fewer():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_k_larger_than_label_count_and_exclusions_leave_fewer(backend):
     q, keys = _integer_embeddings(2, n=5, n_labels=4)
-    got = exact_topk(q, keys, 10, device="cpu")
+    got = exact_topk(q, keys, 10, device="cpu", backend=backend)
     assert got.getnnz(axis=1).tolist() == [4] * 5
     exclude = sp.csr_matrix(np.array([[1, 1, 1, 0]] + [[0, 0, 0, 0]] * 4, dtype=np.float32))
-    got = exact_topk(q, keys, 10, device="cpu", exclude=exclude)
+    got = exact_topk(q, keys, 10, device="cpu", backend=backend, exclude=exclude)
     assert got.getnnz(axis=1).tolist() == [1, 4, 4, 4, 4]
     assert got[0].indices.tolist() == [3]
 
 
-def test_torch_tensors_in():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_chunk_without_exclusions_beside_one_with_them(backend):
+    """Exclusions only in the first chunk: the other chunks have none to apply (faiss once failed there)."""
+    q, keys = _integer_embeddings(6, n=12, n_labels=10)
+    exclude = sp.csr_matrix(([1.0, 1.0], ([0, 1], [3, 4])), shape=(12, 10))
+    got = exact_topk(q, keys, 3, device="cpu", backend=backend, exclude=exclude, chunk_size=2)
+    assert _as_rows(got) == [sorted(r) for r in _brute(q, keys, 3, exclude)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_tensors_in(backend):
     torch = pytest.importorskip("torch")
     q, keys = _integer_embeddings(3, n=20, n_labels=15)
-    a = exact_topk(torch.from_numpy(q), torch.from_numpy(keys).double(), 4, device="cpu")
-    b = exact_topk(q, keys, 4, device="cpu")
+    a = exact_topk(torch.from_numpy(q), torch.from_numpy(keys).double(), 4, device="cpu", backend=backend)
+    b = exact_topk(q, keys, 4, device="cpu", backend="torch")
     assert (a != b).nnz == 0
 
 

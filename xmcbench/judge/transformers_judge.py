@@ -129,6 +129,8 @@ class TransformersJudge:
         """
         import torch
 
+        if groups is not None and len(groups) != len(messages):
+            raise JudgeError(f"score_messages: {len(groups)} groups for {len(messages)} messages; give one per message")
         start = time.perf_counter()
         ids = [self.tokenizer(self._format(m), add_special_tokens=False)["input_ids"] for m in messages]
         out = np.empty(len(ids), dtype=np.float64)
@@ -145,7 +147,9 @@ class TransformersJudge:
                     continue
                 shared += prefix * (len(rows) - 1)
                 cache = self.model(
-                    input_ids=torch.tensor([ids[rows[0]][:prefix]], device=self.device), use_cache=True
+                    input_ids=torch.tensor([ids[rows[0]][:prefix]], device=self.device),
+                    use_cache=True,
+                    logits_to_keep=1,  # the prefix's logits are never read: skip the vocabulary projection
                 ).past_key_values  # the prefix's keys and values, batch 1
                 rows = sorted(rows, key=lambda i: len(ids[i]))
                 for s in range(0, len(rows), self.batch_size):

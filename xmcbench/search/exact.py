@@ -82,7 +82,7 @@ def exact_topk(
     if backend == "torch":
         values, labels = _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude)
     elif backend == "faiss":
-        values, labels = _faiss_topk(queries, keys, k, chunk_size, exclude)
+        values, labels = _faiss_topk(queries, keys, k, chunk_size, exclude, device)
     else:
         raise XmcbenchError(f"unknown search backend {backend!r}; use 'auto', 'torch' or 'faiss'")
     return _to_csr(values, labels, n_labels)
@@ -128,10 +128,12 @@ def _to_csr(values: np.ndarray, labels: np.ndarray, n_labels: int) -> sp.csr_mat
 
 
 def _exclusions(exclude: sp.csr_matrix | None, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(local rows, labels) of the excluded pairs of queries [start, end)."""
+    """(local rows, labels) of the excluded pairs of queries [start, end); None when there are none."""
     if exclude is None:
         return None
     block = exclude[start:end]
+    if block.nnz == 0:
+        return None
     rows = np.repeat(np.arange(end - start), np.diff(block.indptr))
     return rows, block.indices.astype(np.int64)
 
@@ -261,7 +263,7 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude)
 # faiss backend
 
 
-def _faiss_topk(queries, keys, k, chunk_size, exclude):
+def _faiss_topk(queries, keys, k, chunk_size, exclude, device=None):
     try:
         import faiss
     except ImportError:
@@ -279,7 +281,7 @@ def _faiss_topk(queries, keys, k, chunk_size, exclude):
     if np.isnan(key_array).any():
         raise XmcbenchError("label embeddings contain NaN; check the encoder output")
     index = faiss.IndexFlatIP(d)
-    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+    if _faiss_on_gpu(faiss, device):
         index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
     index.add(key_array)
     # Deep enough that k labels survive the exclusions of the most-excluded query, plus one: the
@@ -313,18 +315,46 @@ def _faiss_topk(queries, keys, k, chunk_size, exclude):
         labels = np.take_along_axis(labels, order, axis=1)
         if depth < n_labels:
             # A label faiss did not return may tie the k-th: such rows (rare with real scores) are redone.
-            for row in np.flatnonzero(values[:, k - 1] <= last_returned):
-                values[row], labels[row] = _exact_row(q[row], key_array, k, excluded, row)
+            tied = np.flatnonzero(values[:, k - 1] <= last_returned)
+            for s in range(0, tied.size, _REDO_ROWS):
+                rows = tied[s : s + _REDO_ROWS]
+                values[rows], labels[rows] = _exact_rows(q[rows], key_array, k, excluded, rows)
         out_values[start:end] = values
         out_labels[start:end] = np.minimum(labels, n_labels - 1)
     return out_values, out_labels
 
 
-def _exact_row(query: np.ndarray, keys: np.ndarray, k: int, excluded, row: int) -> tuple[np.ndarray, np.ndarray]:
-    """Best k of one query over all labels, (value desc, label asc), exclusions applied."""
-    scores = keys @ query  # (L,)
-    if excluded is not None:
-        rows, banned = excluded
-        scores[banned[rows == row]] = -np.inf
-    labels = np.lexsort((np.arange(scores.size), -scores))[:k]
-    return scores[labels].astype(np.float32), labels.astype(np.int64)
+_REDO_ROWS = 64  # tied rows re-scored per matmul: (64, L) float32 scores
+
+
+def _faiss_on_gpu(faiss, device) -> bool:
+    """faiss searches on a GPU when it can and the caller did not ask for the CPU."""
+    if not (hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0):
+        return False
+    if device is None:
+        return True
+    import torch
+
+    return torch.device(device).type == "cuda"
+
+
+def _exact_rows(
+    queries: np.ndarray, keys: np.ndarray, k: int, excluded, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Best k of each query (local ``rows`` of the chunk) over all labels, (value desc, label asc),
+    exclusions applied. Only the labels scoring at least the k-th best are sorted; the k-th best is
+    found in these scores, not taken from faiss, whose arithmetic may round differently."""
+    scores = queries @ keys.T  # (r, L)
+    n_labels = scores.shape[1]
+    out_values = np.full((len(rows), k), -np.inf, dtype=np.float32)
+    out_labels = np.full((len(rows), k), keys.shape[0], dtype=np.int64)  # past the last label: dropped
+    for i, row in enumerate(rows):
+        if excluded is not None:
+            banned_rows, banned = excluded
+            scores[i, banned[banned_rows == row]] = -np.inf
+        kth = np.partition(scores[i], n_labels - k)[n_labels - k]  # the k-th largest
+        candidates = np.flatnonzero(scores[i] >= kth)
+        best = candidates[np.lexsort((candidates, -scores[i, candidates]))][:k]
+        out_values[i, : best.size] = scores[i, best]
+        out_labels[i, : best.size] = best
+    return out_values, out_labels
