@@ -90,7 +90,7 @@ def build_recipe(method: str, args, encoder: str) -> tuple[dict, dict]:
     data["training"].update(
         {"epochs": args.epochs, "batch_size": args.batch, "validation_fraction": 0.0, "warmup_ratio": 0.0}
     )
-    data["training"]["precision"] = "fp32"
+    data["training"]["precision"] = args.precision
     data["hardware"] = {"devices": "cpu"}
     data.pop("evaluation", None)
     data.pop("expect", None)
@@ -176,6 +176,7 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
     from xmcbench.metrics import inv_propensity
     from xmcbench.run import recipe_from_dict
     from xmcbench.run.phases import build_train_task, ensure_dataset
+    from xmcbench.train.precision import resolve_precision
 
     recipe = recipe_from_dict(recipe_data)
     ds = ensure_dataset(recipe, progress=False)
@@ -184,7 +185,9 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
     cls = REGISTRY.get(recipe.method.name)
     method = cls(recipe.method_config(), recipe)
     cuda = torch.cuda.is_available() and recipe.hardware.devices != "cpu"
-    ctx = RunContext(run_dir=Path(run_dir), device="cuda" if cuda else "cpu", progress=False, seed=0)
+    device = "cuda" if cuda else "cpu"
+    precision = resolve_precision(recipe.training.precision, device)
+    ctx = RunContext(run_dir=Path(run_dir), device=device, precision=precision, progress=False, seed=0)
     clock = StepClock(cuda)
     start = time.perf_counter()
     method.fit(task, ctx)
@@ -196,6 +199,7 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
         pool_size_mean=ctx.accounting.get("pool_size_mean"),
         torch_threads=torch.get_num_threads(),
         device=ctx.device,
+        precision=precision,
         n_queries=int(np.count_nonzero(np.diff(train.indptr))),
     )
     return out
@@ -275,6 +279,9 @@ def parse_args(argv=None):
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--max-length", type=int, default=32)
+    ap.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast (CPUs with bf16 instructions)"
+    )
     ap.add_argument("--home", default=None, help="XMCBENCH_HOME for the synthetic data (default: a temp folder)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--recipe", default=None, help=argparse.SUPPRESS)

@@ -365,13 +365,11 @@ def bench_prepare(cfg, folder: Path | None) -> list[dict]:
     ]
 
 
-def bench_train(cfg) -> list[dict]:
-    """One row per supervised method (seconds per training step; queries/s and peak memory beside it),
-    and one for tokenisation against an epoch of training (``benchmarks/bench_train.py``)."""
+def _train_steps(cfg, precision: str) -> dict:
     t = cfg["train"]
     script = Path(__file__).with_name("bench_train.py")
     command = [sys.executable, str(script), "--labels", str(t["labels"]), "--train", str(t["train"])]
-    command += ["--batch", str(t["batch"])]
+    command += ["--batch", str(t["batch"]), "--precision", precision]
     command += ["--quick"] if t.get("encoder", "tiny") == "tiny" else ["--encoder", t["encoder"]]
     if t.get("methods"):
         command += ["--methods", ",".join(t["methods"])]
@@ -379,7 +377,17 @@ def bench_train(cfg) -> list[dict]:
         os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
     )
     done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
-    r = json.loads(done.stdout[done.stdout.index("{") :])
+    return json.loads(done.stdout[done.stdout.index("{") :])
+
+
+def bench_train(cfg) -> list[dict]:
+    """One row per supervised method (seconds per training step; queries/s and peak memory beside it),
+    the same steps under bf16 autocast next to fp32 where the CPU has bf16 instructions, and one
+    row for tokenisation against an epoch of training (``benchmarks/bench_train.py``)."""
+    from xmcbench.train.precision import cpu_has_native_bf16
+
+    t = cfg["train"]
+    r = _train_steps(cfg, "fp32")
     encoder = "tiny 2-layer BERT" if t.get("encoder", "tiny") == "tiny" else Path(r["encoder"]).name
     rows, epochs = [], []
     for method, m in r["methods"].items():
@@ -409,6 +417,39 @@ def bench_train(cfg) -> list[dict]:
                 method_overrides=m["method_overrides"],
             )
         )
+    if cpu_has_native_bf16():  # elsewhere bf16 recipes run fp32 (xmcbench.train.precision)
+        try:
+            half = _train_steps(cfg, "bf16")
+        except subprocess.CalledProcessError as err:  # keep the fp32 rows already measured
+            half = {"methods": {m: {"error": (err.stderr or "").strip().splitlines()[-1:]} for m in r["methods"]}}
+        for method, m in half["methods"].items():
+            fp32 = r["methods"].get(method, {})
+            if "step_s" not in fp32:
+                continue
+            if "step_s" not in m:
+                rows.append(
+                    row(
+                        f"train_{method}_bf16",
+                        f"{method} training step, bf16",
+                        float("nan"),
+                        None,
+                        None,
+                        notes=f"failed: {m.get('error')}",
+                    )
+                )
+                continue
+            rows.append(
+                row(
+                    f"train_{method}_bf16",
+                    f"{method} training step, bf16 autocast (training.precision: bf16), {encoder}, CPU",
+                    m["step_s"],
+                    "the same step in fp32, same run",
+                    fp32["step_s"],
+                    notes=f"{m['queries_per_s']:.0f} queries/s; peak RSS per step {m['peak_step_gb']:.2f} GB",
+                    queries_per_s=m["queries_per_s"],
+                    peak_gb=m["peak_step_gb"],
+                )
+            )
     epoch = min(epochs) if epochs else float("nan")
     rows.append(
         row(
@@ -429,7 +470,8 @@ def bench_train(cfg) -> list[dict]:
 
 def bench_judge(cfg) -> list[dict]:
     """The smoke recipe's LLM judge on the smoke dataset's documents, j labels each (LMTX's shortlist
-    shape): P(yes) with the document's prompt prefix run once, against reading every prompt whole."""
+    shape): P(yes) with shared prefixes run once (the template's start once per judge, each document's
+    part once, suffixes batched across documents), against reading every prompt whole."""
     from xmcbench.judge import JudgeConfig, build_judge, load_prompt
     from xmcbench.run import load_recipe
     from xmcbench.run.phases import ensure_dataset

@@ -67,5 +67,13 @@ def test_quick_runner_writes_every_row(tmp_path, capsys, monkeypatch):
     for name in ("train_dexml_all", "train_unidec"):  # a step took time, memory was read, pools were scaled
         assert train[name]["queries_per_s"] > 0 and train[name]["peak_gb"] > 0.05
     assert train["tokenise"]["tokenise_build_s"] > 0 and train["tokenise"]["peer_s"] > 0
+    from xmcbench.train.precision import cpu_has_native_bf16
+
+    if cpu_has_native_bf16():  # the bf16 step is measured next to the fp32 one in the same run
+        for name in ("train_dexml_all", "train_unidec"):
+            half = train[f"{name}_bf16"]
+            assert half["peer_s"] == train[name]["xmcbench_s"] and half["queries_per_s"] > 0
+    else:
+        assert not any(name.endswith("_bf16") for name in train)
     printed = capsys.readouterr().out
     assert "| row | work | xmcbench s | peer / floor |" in printed and "| prepare |" in printed

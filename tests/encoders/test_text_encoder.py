@@ -74,4 +74,4 @@ def test_encode_autocasts_as_the_recipe_says(monkeypatch):
     assert seen == ["fp32", "fp32"]
     seen.clear()
     enc.encode(["a"], device="cpu")
-    assert seen == ["bf16"]  # the default: bf16 on CUDA, which on CPU means fp32
+    assert seen == ["fp32"]  # the default: a caller that wants bf16 passes its run's precision

@@ -63,19 +63,43 @@ def test_the_small_judge_ranks_right_labels_above_wrong_ones(qwen_judge):
 
 
 @pytest.mark.slow
-def test_a_document_judged_against_many_labels_is_read_once_with_the_same_answers(qwen_folder):
+def test_documents_judged_against_many_labels_are_read_once_with_the_same_answers(qwen_folder):
     from xmcbench.judge.transformers_judge import TransformersJudge
 
     judge = TransformersJudge(str(qwen_folder), threads=1, batch_size=4, dtype="float32")  # float32: a tight check
-    docs = sorted({d for d, _, _ in PAIRS})[:4]
-    labels = sorted({lt for _, lt, _ in PAIRS})[:5]
-    pairs = [(d, lt) for d in docs for lt in labels] + [(docs[0] + " (once)", labels[0])]  # a document asked once
+    masks = []  # every forward's attention mask
+    forward = judge.model.forward
+
+    def recording(*args, **kwargs):
+        masks.append(kwargs.get("attention_mask"))
+        return forward(*args, **kwargs)
+
+    judge.model.forward = recording
     prompt = load_prompt("eurlex-4k")
-    shared = judge.p_yes([d for d, _ in pairs], [lt for _, lt in pairs], prompt)
-    assert judge.stats.extra["prefix_tokens_reused"] > 4 * 4 * 20  # 4 documents, 4 reuses each, >= 20 tokens
-    alone = judge.score_messages([prompt.render(d, lt) for d, lt in pairs])  # no groups: every row whole
-    np.testing.assert_allclose(shared, alone, atol=1e-4)
-    assert judge.stats.asked == 2 * len(pairs)
+    docs = sorted({d for d, _, _ in PAIRS}, key=len)  # 10 documents, 11 to 15 tokens: padded to each other
+    labels = sorted({lt for _, lt, _ in PAIRS}, key=len)  # 20 labels, 1 to 4 tokens: suffixes padded too
+    # 1, 2 or 3 labels a document, and one document with 6 (its suffixes span two batches)
+    pairs = [(d, labels[(3 * k + j) % len(labels)]) for k, d in enumerate(docs[:9]) for j in range(1 + k % 3)]
+    pairs += [(docs[9], lt) for lt in labels[:6]]
+    messages = [prompt.render(d, lt) for d, lt in pairs] + ["Is the sky blue? Answer yes or no."]
+    groups = [d for d, _ in pairs] + ["sky"]  # the last message shares the chat template only
+
+    mixed = judge.score_messages(messages, groups)  # the common prefix: the chat template up to the user's text
+    shared = judge.p_yes([d for d, _ in pairs], [lt for _, lt in pairs], prompt)  # the same prefix, kept: not run
+    one = judge.score_messages(messages[:1], groups[:1])  # one message: the kept prefix, no prefix of its own
+    assert judge.score_messages([], []).size == 0
+    assert judge.stats.extra["call_prefix_runs"] == 1
+    assert any(m is not None and (m[:, :-1] > m[:, 1:]).any() for m in masks)  # padding between cached and new parts
+    assert judge.stats.extra["prefix_tokens_reused"] > 2 * len(pairs) * 20  # the template alone is > 20 tokens
+    whole = judge.score_messages(messages)  # no groups: every message whole
+    np.testing.assert_allclose(mixed, whole, atol=1e-4)
+    np.testing.assert_allclose(shared, whole[:-1], atol=1e-4)
+    np.testing.assert_allclose(one, whole[:1], atol=1e-4)
+    assert judge.stats.asked == 3 * len(messages)
+
+    judge.chat = False  # no template: the messages share under _MIN_SHARED tokens, each document's prefix runs alone
+    np.testing.assert_allclose(judge.score_messages(messages, groups), judge.score_messages(messages), atol=1e-4)
+    assert judge.stats.extra["call_prefix_runs"] == 1
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ def tiny_recipe(tmp_path, tiny_encoder_dir):
         train: int = 300,
         test: int = 60,
         batch_size: int = 32,
+        precision: str = "auto",
     ):
         path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*.yaml')))}.yaml"
         path.write_text(
@@ -25,7 +26,8 @@ def tiny_recipe(tmp_path, tiny_encoder_dir):
             f"dataset: {{name: synth-tiny, synthetic: {{labels: {labels}, train: {train}, test: {test}, seed: 1}}}}\n"
             f"method: {method_yaml}\n"
             f"encoder: {{name: '{tiny_encoder_dir}', max_length: 16}}\n"
-            f"training: {{epochs: {epochs}, batch_size: {batch_size}, lr: 0.001, warmup_ratio: 0.0}}\n"
+            f"training: {{epochs: {epochs}, batch_size: {batch_size}, lr: 0.001, warmup_ratio: 0.0, "
+            f"precision: {precision}}}\n"
             f"evaluation: {{k: [1, 5], top_k: 10, bootstrap: 20}}\n"
             f"hardware: {{devices: cpu}}\n" + extra
         )

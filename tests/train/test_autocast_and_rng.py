@@ -10,6 +10,7 @@ from xmcbench.train.precision import (
     autocast,
     autocast_dtype,
     check_precision,
+    resolve_precision,
     rng_state,
     seed_everything,
     set_rng_state,
@@ -20,14 +21,40 @@ def _draws() -> tuple:
     return random.random(), float(np.random.rand()), torch.rand(3).tolist()
 
 
-def test_bf16_means_autocast_on_cuda_only():
+def test_bf16_autocasts_on_cuda_and_on_a_cpu_with_bf16_instructions(monkeypatch):
+    import xmcbench.train.precision as precision
+
     assert autocast_dtype("cuda", "bf16") == torch.bfloat16
     assert autocast_dtype("cuda:1", "fp32") is None
-    assert autocast_dtype("cpu", "bf16") is None
     a, b = torch.randn(4, 4), torch.randn(4, 4)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    assert autocast_dtype("cpu", "bf16") is None
     with autocast("cpu", "bf16"):
         assert not torch.is_autocast_enabled("cpu")
         assert (a @ b).dtype == torch.float32
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    assert autocast_dtype("cpu", "bf16") == torch.bfloat16
+    assert autocast_dtype("cpu", "fp32") is None
+    with autocast("cpu", "bf16"):
+        assert (a @ b).dtype == torch.bfloat16
+    with autocast("cpu", "fp32"):
+        assert (a @ b).dtype == torch.float32
+
+
+def test_the_run_records_the_precision_it_computes_in(monkeypatch, caplog):
+    import xmcbench.train.precision as precision
+
+    assert resolve_precision("auto", "cuda:0") == "bf16"
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    assert resolve_precision("auto", "cpu") == "fp32"  # CPU results stay comparable unless a recipe asks
+    assert resolve_precision("bf16", "cpu") == "bf16"
+    assert resolve_precision("fp32", "cuda") == "fp32"
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    with caplog.at_level("WARNING"):
+        assert resolve_precision("bf16", "cpu") == "fp32"
+    assert "no bf16 instructions" in caplog.text
+    with pytest.raises(XmcbenchError, match="fp16 needs loss scaling"):
+        resolve_precision("fp16", "cpu")
 
 
 @pytest.mark.gpu

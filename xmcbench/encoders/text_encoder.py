@@ -136,12 +136,12 @@ class TextEncoder(nn.Module):
         max_length: int | None = None,
         progress: bool = False,
         description: str = "encode",
-        precision: str = "bf16",
+        precision: str = "fp32",
     ) -> np.ndarray:
         """Embed ``texts`` -> (N, d) float32, batching by length so padding is small.
 
-        ``precision``: "bf16" autocasts on CUDA (CPU stays fp32), "fp32" never autocasts; pass
-        the run's precision so test queries are encoded as the recipe says.
+        ``precision``: "bf16" autocasts where the device has bf16 (``train.precision``), "fp32"
+        never autocasts; pass the run's precision so test queries are encoded as the recipe says.
         """
         from xmcbench.train.precision import autocast
 

@@ -49,10 +49,17 @@ class HubModel:
         return json.loads((self.path / "record.json").read_text(encoding="utf-8"))
 
     def predict(self, texts: Sequence[str], k: int = 10, device: str = "cpu") -> sparse.csr_matrix:
-        """(N, L) CSR of the top-k scores per text; column j is the dataset's label j."""
-        from xmcbench.methods.base import RunContext
+        """(N, L) CSR of the top-k scores per text; column j is the dataset's label j.
 
-        ctx = RunContext(run_dir=self.path, device=device, progress=False)
+        Texts are encoded in the precision the run predicted in (its record), where ``device`` has it.
+        """
+        from xmcbench.methods.base import RunContext
+        from xmcbench.train.precision import autocast_dtype
+
+        recorded = self.record.get("compute", {}).get("precision") or "fp32"
+        # bf16 where this device has it; quietly fp32 elsewhere (a prediction, not a run to record)
+        precision = "bf16" if recorded == "bf16" and autocast_dtype(device, "bf16") is not None else "fp32"
+        ctx = RunContext(run_dir=self.path, device=device, precision=precision, progress=False)
         pred = self.method.predict(list(texts), k, ctx).tocsr()
         pred.indices = self.label_ids[pred.indices].astype(pred.indices.dtype)
         pred.has_sorted_indices = False

@@ -6,11 +6,16 @@ read off the next-token distribution after the chat-formatted prompt, where YES 
 single-token spellings of "yes" / "no" the tokenizer has ("yes", "Yes", " yes", "YES", …).
 Batches are sorted by length and left-padded so the last position is every row's next token.
 
-A document judged against several labels is read once: the questions of one document share a
-token prefix (chat template, document, the question's start: all the packaged prompts put
-``{doc}`` first), which is run through the model once and its key/value cache reused for each
-label's remaining tokens. The token sequences are the same as without sharing, so P(yes) is the
-same up to float rounding (``tests/judge``); LMTX asks j labels per document.
+Shared prefixes are read once (``p_yes``, and ``score_messages`` given groups). The start of the
+chat template, common to every prompt of a call, runs once and its key/value cache is kept for
+later calls. A document's part of its questions' common prefix (the document and the question's
+start: all the packaged prompts put ``{doc}`` first) runs once, several documents per forward on
+that cache (one without a template); each label's remaining tokens run on its document's cache,
+batched across documents.
+Padding between the parts takes no position, so every prompt is the same token sequence at the
+same positions as read whole, and P(yes) is the same up to float rounding (``tests/judge``).
+LMTX asks j labels per document, and its CPU runs have short documents: there the template is
+about half of each prompt.
 
 The model is a folder, a GGUF file or a ``parts:`` spec (``model_files``); bf16 on GPU, and on CPU
 the dtype setting decides (bf16 by default: the measured speed in offline.md). ``threads`` sets
@@ -34,6 +39,7 @@ from xmcbench.judge.model_files import resolve_model
 log = logging.getLogger(__name__)
 
 _MIN_SHARED = 8  # tokens: a shorter common prefix is not worth its own forward pass
+_KEPT_PREFIXES = 4  # prefixes common to a whole call, kept for the next calls (one per prompt template in use)
 _SPELLINGS = ("yes", "Yes", "YES", " yes", " Yes", " YES", "no", "No", "NO", " no", " No", " NO")
 
 
@@ -74,6 +80,7 @@ class TransformersJudge:
         self.chat = use_chat_template and bool(getattr(self.tokenizer, "chat_template", None))
         self.yes_ids, self.no_ids = self._answer_tokens()
         self.context = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
+        self._prefixes: dict[tuple[int, ...], object] = {}  # token ids -> their cache at batch 1, oldest use first
 
     def _answer_tokens(self) -> tuple[list[int], list[int]]:
         yes: set[int] = set()
@@ -124,8 +131,9 @@ class TransformersJudge:
     def score_messages(self, messages: Sequence[str], groups: Sequence[str] | None = None) -> np.ndarray:
         """(n,) P(yes) of user messages as given (chat-formatted here; no truncation).
 
-        ``groups``: one key per message (the document); messages of a key with a common token
-        prefix of at least ``_MIN_SHARED`` tokens run that prefix once.
+        ``groups``: one key per message (the document), or None to read every message whole. With
+        groups, the prefix common to all the messages runs once (and is kept for later calls), and
+        the messages of a key with a longer common prefix run the rest of it once.
         """
         import torch
 
@@ -134,41 +142,95 @@ class TransformersJudge:
         start = time.perf_counter()
         ids = [self.tokenizer(self._format(m), add_special_tokens=False)["input_ids"] for m in messages]
         out = np.empty(len(ids), dtype=np.float64)
-        members: dict[str, list[int]] = {}
-        for i, key in enumerate(groups if groups is not None else ()):
-            members.setdefault(key, []).append(i)
-        alone: list[int] = []
-        shared = 0
         with torch.inference_mode():
-            for rows in members.values() if groups is not None else [range(len(ids))]:
-                prefix = _common_prefix([ids[i] for i in rows]) if len(rows) > 1 else 0
-                if groups is None or prefix < _MIN_SHARED:
-                    alone.extend(rows)
-                    continue
-                shared += prefix * (len(rows) - 1)
-                cache = self.model(
-                    input_ids=torch.tensor([ids[rows[0]][:prefix]], device=self.device),
-                    use_cache=True,
-                    logits_to_keep=1,  # the prefix's logits are never read: skip the vocabulary projection
-                ).past_key_values  # the prefix's keys and values, batch 1
-                rows = sorted(rows, key=lambda i: len(ids[i]))
-                for s in range(0, len(rows), self.batch_size):
-                    idx = rows[s : s + self.batch_size]
-                    out[idx] = self._p_yes_batch([ids[i][prefix:] for i in idx], cache, prefix)
-            alone.sort(key=lambda i: len(ids[i]))
-            for s in range(0, len(alone), self.batch_size):
-                idx = alone[s : s + self.batch_size]
-                out[idx] = self._p_yes_batch([ids[i] for i in idx])
+            if groups is None:
+                for idx in _batches(sorted(range(len(ids)), key=lambda i: len(ids[i])), self.batch_size):
+                    out[idx] = self._p_yes_batch([ids[i] for i in idx])
+                run = sum(map(len, ids))
+            else:
+                run = self._score_shared(ids, groups, out)
         elapsed = time.perf_counter() - start
         self.stats.asked += len(ids)
         self.stats.llm_seconds += elapsed
-        self.stats.extra["prefix_tokens_reused"] = self.stats.extra.get("prefix_tokens_reused", 0) + shared
+        reused = sum(map(len, ids)) - run
+        self.stats.extra["prefix_tokens_reused"] = self.stats.extra.get("prefix_tokens_reused", 0) + reused
         if self.device.startswith("cuda"):
             self.stats.gpu_hours += elapsed / 3600
         return out
 
-    def _p_yes_batch(self, rows: list[list[int]], cache=None, prefix: int = 0) -> np.ndarray:
-        """(b,) P(yes) after each row of token ids, left-padded; after a cached prefix when given."""
+    def _score_shared(self, ids: list[list[int]], groups: Sequence[str], out: np.ndarray) -> int:
+        """Fills ``out`` reading the prefix common to all ``ids`` once, each group's own prefix once
+        (several groups per forward) and the rest of each row (batched across groups); returns the
+        number of tokens run through the model."""
+        import torch
+
+        members: dict[str, list[int]] = {}
+        for i, key in enumerate(groups):
+            members.setdefault(key, []).append(i)
+        common = _common_prefix(ids) if ids else 0
+        base, common, run = (
+            self._call_prefix(ids[0][:common], new=len(ids) > 1) if common >= _MIN_SHARED else (None, 0, 0)
+        )
+        base_mask = torch.ones(1, common, dtype=torch.long, device=self.device)
+        # (rows, their common prefix) of the groups that share more than the call's common prefix
+        docs: list[tuple[list[int], int]] = []
+        loose: list[int] = []  # rows read after the common prefix only
+        for rows in members.values():
+            prefix = _common_prefix([ids[i] for i in rows]) if len(rows) > 1 else 0
+            if prefix > common and prefix >= _MIN_SHARED:
+                docs.append((rows, prefix))
+            else:
+                loose.extend(rows)
+        docs.sort(key=lambda d: d[1])
+        # Without a common prefix, a left-padded row would start with queries that see no key at all.
+        per_forward = self.batch_size if base is not None else 1
+        for chunk in _batches(docs, per_forward):
+            parts = [ids[rows[0]][common:prefix] for rows, prefix in chunk]
+            output, mask = self._forward(parts, base, base_mask, [0] * len(parts))
+            cache = output.past_key_values
+            run += sum(map(len, parts))
+            tails = sorted(
+                ((i, d, prefix) for d, (rows, prefix) in enumerate(chunk) for i in rows),
+                key=lambda t: len(ids[t[0]]) - t[2],
+            )
+            for batch in _batches(tails, self.batch_size):
+                idx = [i for i, _, _ in batch]
+                out[idx] = self._p_yes_batch(
+                    [ids[i][prefix:] for i, _, prefix in batch], cache, mask, [d for _, d, _ in batch]
+                )
+                run += sum(len(ids[i]) - prefix for i, _, prefix in batch)
+        loose.sort(key=lambda i: len(ids[i]))
+        for idx in _batches(loose, self.batch_size):
+            out[idx] = self._p_yes_batch([ids[i][common:] for i in idx], base, base_mask, [0] * len(idx))
+            run += sum(len(ids[i]) - common for i in idx)
+        return run
+
+    def _call_prefix(self, prefix: list[int], new: bool):
+        """(cache at batch 1, its length, tokens run) of the longest kept prefix that starts ``prefix``;
+        else, when ``new``, of ``prefix`` itself, run and kept. (None, 0, 0) when neither."""
+        import torch
+
+        kept = [k for k in self._prefixes if len(k) <= len(prefix) and tuple(prefix[: len(k)]) == k]
+        if kept:
+            key = max(kept, key=len)
+            self._prefixes[key] = self._prefixes.pop(key)  # most recently used last
+            return self._prefixes[key], len(key), 0
+        if not new:  # one message: a prefix of its own would only add a forward
+            return None, 0, 0
+        key = tuple(prefix)
+        self._prefixes[key] = self.model(
+            input_ids=torch.tensor([prefix], device=self.device),
+            use_cache=True,
+            logits_to_keep=1,  # the prefix's logits are never read: skip the vocabulary projection
+        ).past_key_values
+        self.stats.extra["call_prefix_runs"] = self.stats.extra.get("call_prefix_runs", 0) + 1
+        while len(self._prefixes) > _KEPT_PREFIXES:
+            del self._prefixes[next(iter(self._prefixes))]
+        return self._prefixes[key], len(key), len(key)
+
+    def _forward(self, rows: list[list[int]], cache=None, past_mask=None, which: list[int] | None = None):
+        """The model on rows of token ids, left-padded, row r after row ``which[r]`` of ``cache`` (whose
+        tokens ``past_mask`` masks); returns the output and the attention mask over cache and rows."""
         import copy
 
         import torch
@@ -177,28 +239,40 @@ class TransformersJudge:
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)  # (b, S)
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)  # (b, S)
-        # Positions count from each row's first real token, as generate() does, after the prefix.
-        positions = prefix + (mask.cumsum(-1) - 1).clamp(min=0)  # (b, S)
         if cache is not None:
-            cache = copy.deepcopy(cache)  # the forward appends to it: every batch starts from the prefix
-            cache.batch_repeat_interleave(len(rows))
-            mask = torch.cat([torch.ones(len(rows), prefix, dtype=mask.dtype, device=self.device), mask], dim=1)
-        logits = (
-            self.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                logits_to_keep=1,
-            )
-            .logits[:, -1]
-            .float()
-        )  # (b, V)
+            index = torch.tensor(which, device=self.device)
+            cache = copy.deepcopy(cache)  # the forward appends to it: the kept cache must stay as it is
+            cache.batch_select_indices(index)
+            mask = torch.cat([past_mask[index], mask], dim=1)  # (b, P + S)
+        # Positions count the real tokens before each one, as generate() does: padding, also the
+        # padding left between a cached part and the rows, takes none.
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -width:]  # (b, S)
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,  # only the last position's logits are read
+        )
+        return output, mask
+
+    def _p_yes_batch(
+        self, rows: list[list[int]], cache=None, past_mask=None, which: list[int] | None = None
+    ) -> np.ndarray:
+        """(b,) P(yes) after each row of token ids, left-padded; after a cached part when given (see ``_forward``)."""
+        import torch
+
+        logits = self._forward(rows, cache, past_mask, which)[0].logits[:, -1].float()  # (b, V)
         logp = torch.log_softmax(logits, dim=-1)
         yes = torch.tensor(self.yes_ids, device=self.device)
         no = torch.tensor(self.no_ids, device=self.device)
         p = torch.sigmoid(torch.logsumexp(logp[:, yes], -1) - torch.logsumexp(logp[:, no], -1))  # (b,)
         return p.cpu().numpy()
+
+
+def _batches(items: list, size: int) -> list[list]:
+    return [items[s : s + size] for s in range(0, len(items), size)]
 
 
 def _common_prefix(seqs: list[list[int]]) -> int:

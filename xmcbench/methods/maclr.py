@@ -187,6 +187,7 @@ class MaclrMethod:
             batch_size=c.encode_batch_size,
             device=ctx.device,
             max_length=e.label_max_length or e.max_length,
+            precision=ctx.precision,
             progress=ctx.progress,
             description="encode labels",
         )  # (L, d)
@@ -246,7 +247,11 @@ class MaclrMethod:
         e = self.recipe.encoder
         inst = self._encode(texts, ctx, instance=True)  # (N, d)
         lab = self.encoder.encode(
-            labels, batch_size=c.encode_batch_size, device=ctx.device, max_length=e.label_max_length or e.max_length
+            labels,
+            batch_size=c.encode_batch_size,
+            device=ctx.device,
+            max_length=e.label_max_length or e.max_length,
+            precision=ctx.precision,
         )  # (L, d)
         dense = exact_topk(inst, lab, c.pseudo_top_k, device=ctx.device, backend=c.search_backend)  # (N, L) CSR
         sparse_view = tfidf_topk(texts, labels, c.pseudo_top_k, c.tfidf_max_df, c.tfidf_ngram_max)  # (N, L) CSR
@@ -318,7 +323,11 @@ class MaclrMethod:
         e = self.recipe.encoder
         length = e.max_length if instance else (e.label_max_length or e.max_length)
         return self.encoder.encode(
-            texts, batch_size=self.config.encode_batch_size, device=ctx.device, max_length=length
+            texts,
+            batch_size=self.config.encode_batch_size,
+            device=ctx.device,
+            max_length=length,
+            precision=ctx.precision,
         )
 
     def _optimizer(self, lr: float, steps: int):

@@ -58,6 +58,7 @@ class ZeroShotMethod:
             batch_size=self.config.encode_batch_size,
             device=ctx.device,
             max_length=e.label_max_length or e.max_length,
+            precision=ctx.precision,
             progress=ctx.progress,
             description="encode labels",
         )  # (L, d)
@@ -71,6 +72,7 @@ class ZeroShotMethod:
             texts,
             batch_size=self.config.encode_batch_size,
             device=ctx.device,
+            precision=ctx.precision,
             progress=ctx.progress,
             description="encode queries",
         )  # (N, d)

@@ -384,16 +384,14 @@ def _raise_interrupt(signum, frame):
 
 
 def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
-    from xmcbench.train import barrier
+    from xmcbench.train import barrier, resolve_precision
 
     record, run_dir = live.record, live.run_dir
     world_size = dist.world_size
     device = resolve_device(recipe.hardware.devices)
     if device == "cuda" and world_size > 1:
         device = str(dist.device)  # cuda:LOCAL_RANK
-    precision = recipe.training.precision
-    if precision == "auto":
-        precision = "bf16" if device.startswith("cuda") else "fp32"
+    precision = resolve_precision(recipe.training.precision, device)
     ctx = RunContext(
         run_dir=run_dir,
         device=device,
@@ -406,8 +404,21 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
     ctx.seed_everything()
     walls = dict(record["compute"].get("wall_time_s", {}))
     peaks = {k: record["compute"].get(k) for k in ("peak_host_mem_gb", "peak_gpu_mem_gb")}
+    # A run resumed on another machine may compute in another precision (bf16 -> fp32 on a CPU
+    # without bf16 instructions): the record keeps every precision its attempts used.
+    history = list(record["compute"].get("precision_history") or [])
+    if not history and record["compute"].get("precision"):
+        history = [record["compute"]["precision"]]
+    if history and history[-1] != precision:
+        log.warning(
+            "run %s resumes in %s; its earlier attempts computed in %s", record["run_id"], precision, history[-1]
+        )
+    if not history or history[-1] != precision:
+        history.append(precision)
     record["compute"] = compute_facts(device, world_size)
     record["compute"].update(wall_time_s=walls, precision=precision, **{k: v for k, v in peaks.items() if v})
+    if len(history) > 1:
+        record["compute"]["precision_history"] = history
     done: list[str] = record["phases_done"]
 
     def mark(phase: str) -> None:

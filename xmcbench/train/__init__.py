@@ -1,7 +1,7 @@
 """Shared training machinery: the pieces every method's ``fit`` loop is built from.
 
 - ``optim``: AdamW with decay on weight matrices only, warm-up + decay schedules, clipping;
-- ``precision``: bf16 autocast on CUDA (fp32 on CPU), seeding, RNG capture/restore;
+- ``precision``: bf16 autocast on CUDA and on CPUs with bf16 instructions, seeding, RNG capture/restore;
 - ``checkpoint``: atomic checkpoints that resume onto the same trajectory;
 - ``gradcache``: gradient cache for losses over very large label pools;
 - ``distributed``: torchrun/torch.distributed helpers (collectives with gradients, DDP, shards);
@@ -37,7 +37,14 @@ from xmcbench.train.gradcache import (
     split_into_chunks,
 )
 from xmcbench.train.optim import build_optimizer, build_scheduler, clip_gradients, is_no_decay
-from xmcbench.train.precision import autocast, check_precision, rng_state, seed_everything, set_rng_state
+from xmcbench.train.precision import (
+    autocast,
+    check_precision,
+    resolve_precision,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 from xmcbench.train.sharded_decoupled_softmax import sharded_decoupled_softmax_loss
 
 __all__ = [
@@ -54,6 +61,7 @@ __all__ = [
     "build_scheduler",
     "cached_embeddings",
     "check_precision",
+    "resolve_precision",
     "clip_gradients",
     "destroy_distributed",
     "exit_rank",
