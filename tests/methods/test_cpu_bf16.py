@@ -30,7 +30,6 @@ def _linear_output_dtypes(monkeypatch) -> set:
 @pytest.mark.parametrize("method", sorted(METHODS))
 @pytest.mark.parametrize("native", [True, False])
 def test_bf16_recipe_on_cpu_trains_in_what_it_records(tiny_recipe, tmp_path, monkeypatch, method, native):
-    precision.cpu_has_native_bf16.cache_clear()
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
     seen = _linear_output_dtypes(monkeypatch)
     recipe = tiny_recipe(METHODS[method], epochs=1, precision="bf16")

@@ -54,11 +54,11 @@ class HubModel:
         Texts are encoded in the precision the run predicted in (its record), where ``device`` has it.
         """
         from xmcbench.methods.base import RunContext
-        from xmcbench.train.precision import autocast_dtype
+        from xmcbench.train.precision import resolve_precision
 
         recorded = self.record.get("compute", {}).get("precision") or "fp32"
-        # bf16 where this device has it; quietly fp32 elsewhere (a prediction, not a run to record)
-        precision = "bf16" if recorded == "bf16" and autocast_dtype(device, "bf16") is not None else "fp32"
+        # quiet: a prediction, not a run to record, and it may be called many times
+        precision = resolve_precision(recorded, device, quiet=True)
         ctx = RunContext(run_dir=self.path, device=device, precision=precision, progress=False)
         pred = self.method.predict(list(texts), k, ctx).tocsr()
         pred.indices = self.label_ids[pred.indices].astype(pred.indices.dtype)

@@ -406,15 +406,11 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
     peaks = {k: record["compute"].get(k) for k in ("peak_host_mem_gb", "peak_gpu_mem_gb")}
     # A run resumed on another machine may compute in another precision (bf16 -> fp32 on a CPU
     # without bf16 instructions): the record keeps every precision its attempts used.
-    history = list(record["compute"].get("precision_history") or [])
-    if not history and record["compute"].get("precision"):
-        history = [record["compute"]["precision"]]
-    if history and history[-1] != precision:
-        log.warning(
-            "run %s resumes in %s; its earlier attempts computed in %s", record["run_id"], precision, history[-1]
-        )
-    if not history or history[-1] != precision:
-        history.append(precision)
+    earlier = record["compute"].get("precision")
+    history = record["compute"].get("precision_history") or ([earlier] if earlier else [])
+    if earlier and earlier != precision:
+        log.warning("run %s resumes in %s; its earlier attempts computed in %s", record["run_id"], precision, earlier)
+        history = [*history, precision]
     record["compute"] = compute_facts(device, world_size)
     record["compute"].update(wall_time_s=walls, precision=precision, **{k: v for k, v in peaks.items() if v})
     if len(history) > 1:

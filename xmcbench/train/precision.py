@@ -3,10 +3,11 @@
 Precision: ``bf16`` means bfloat16 autocast (weights and optimiser state stay fp32, so no loss
 scaling is needed) on a CUDA device, and on a CPU that multiplies bf16 in hardware (AVX512-BF16
 or AMX: MiniLM's linear layers ran 2.5x and the methods' training steps 1.5-1.6x faster than
-fp32 on one such core, ``python -m benchmarks --only train``). A CPU without it would emulate bf16, slower than fp32, so there ``bf16`` runs fp32
-and the run says so (``resolve_precision``). ``auto`` is bf16 on CUDA and fp32 on any CPU: CPU
-results stay comparable across machines unless a recipe asks for bf16. ``fp16`` is refused: it
-would need a gradient scaler, and bf16 is available wherever fp16 is worth using here.
+fp32 on one such core, ``python -m benchmarks --only train``). Elsewhere bf16 would be emulated,
+slower than fp32, so there ``bf16`` runs fp32 and the run says so (``resolve_precision``).
+``auto`` is bf16 on CUDA and fp32 on any CPU: CPU results stay comparable across machines unless
+a recipe asks for bf16. ``fp16`` is refused: it would need a gradient scaler, and bf16 is
+available wherever fp16 is worth using here.
 
 RNG: ``seed_everything`` seeds Python, NumPy and torch (CPU and CUDA); ``rng_state`` /
 ``set_rng_state`` capture and restore all four so that a resumed run draws the same dropout masks
@@ -51,20 +52,21 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
-def resolve_precision(requested: str, device: str | torch.device) -> str:
+def resolve_precision(requested: str, device: str | torch.device, *, quiet: bool = False) -> str:
     """What a run computes in, given the recipe's ``training.precision`` and the device.
 
-    ``auto``: bf16 on CUDA, fp32 on a CPU. ``bf16`` on a CPU without native bf16 runs fp32, with
-    a warning (emulated bf16 is slower than fp32); the record holds what ran.
+    ``auto``: bf16 on CUDA, fp32 elsewhere. ``bf16`` where the device has no bf16
+    (``autocast_dtype``) runs fp32, with a warning unless ``quiet``; the record holds what ran.
     """
     kind = torch.device(device).type
     if requested == "auto":
         return "bf16" if kind == "cuda" else "fp32"
-    check_precision(requested)
-    if requested == "bf16" and kind == "cpu" and not cpu_has_native_bf16():
-        log.warning("precision bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX); running fp32")
+    if requested == "bf16" and autocast_dtype(device, requested) is None:
+        if not quiet:
+            what = "this CPU has no bf16 instructions (AVX512-BF16 or AMX)" if kind == "cpu" else f"no bf16 on {kind}"
+            log.warning("precision bf16: %s; running fp32", what)
         return "fp32"
-    return requested
+    return check_precision(requested)
 
 
 def autocast_dtype(device: str | torch.device, precision: str) -> torch.dtype | None:
