@@ -3,6 +3,13 @@
     python benchmarks/bench_train.py --quick                 # tiny 2-layer BERT, ~1-2 min on 2 cores
     python benchmarks/bench_train.py                         # all-MiniLM-L6-v2, small scale (minutes)
     python benchmarks/bench_train.py --methods dexml_all,unidec --labels 5000 --train 8000
+    python benchmarks/bench_train.py --device cuda --encoder distilbert --paper-batch --labels 100000
+
+``--encoder distilbert`` is the papers' encoder shape with random weights (``save_random_distilbert``:
+no download); ``--paper-batch`` trains each method at its paper's batch and pool sizes (scale 1)
+with ``--train-batches`` batches of queries per epoch of the largest batch. On CUDA each row also
+carries ``xmcbench plan``'s estimate for the same recipe and GPU (memory per device, step time), so
+the plan can be checked against the recorded peaks (``tests/run/test_plan.py``).
 
 Inputs: a synthetic dataset (``xmcbench.data.synth``) in a temporary XMCBENCH_HOME, generated and
 prepared once. Each method starts from its paper recipe (``xmcbench/recipes/...``) with the paper's
@@ -81,24 +88,35 @@ def build_recipe(method: str, args, encoder: str) -> tuple[dict, dict]:
     path, paper_batch, overrides = METHODS[method]
     data = read_recipe(RECIPES / path)
     paper_batch = paper_batch or data["training"]["batch_size"]
-    s = args.batch / paper_batch
+    batch = paper_batch if args.paper_batch else args.batch
+    s = batch / paper_batch
     data["name"] = f"bench-train-{method}"
     data["dataset"] = {"name": "bench-train", "synthetic": _synthetic(args)}
     data["method"].update(overrides(s, args.labels))
     data["encoder"] = {**data.get("encoder", {}), "name": encoder, "max_length": args.max_length}
     data["encoder"].pop("label_max_length", None)
     data["training"].update(
-        {"epochs": args.epochs, "batch_size": args.batch, "validation_fraction": 0.0, "warmup_ratio": 0.0}
+        {"epochs": args.epochs, "batch_size": batch, "validation_fraction": 0.0, "warmup_ratio": 0.0}
     )
     data["training"]["precision"] = args.precision
-    data["hardware"] = {"devices": "cpu"}
+    data["hardware"] = {"devices": args.device}
     data.pop("evaluation", None)
     data.pop("expect", None)
     return data, {"paper_batch": paper_batch, "scale": s, "method_overrides": overrides(s, args.labels)}
 
 
 def _synthetic(args) -> dict:
-    return {"labels": args.labels, "train": args.train, "test": 10, "seed": 0}
+    train = args.train
+    if args.paper_batch:  # the same dataset for every method: batches of the largest paper batch
+        train = args.train_batches * max(_paper_batch(m) for m in args.methods)
+    return {"labels": args.labels, "train": train, "test": 10, "seed": 0}
+
+
+def _paper_batch(method: str) -> int:
+    from xmcbench.recipe.load import read_recipe
+
+    path, paper_batch, _ = METHODS[method]
+    return paper_batch or read_recipe(RECIPES / path)["training"]["batch_size"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +220,24 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
         precision=precision,
         n_queries=int(np.count_nonzero(np.diff(train.indptr))),
     )
+    if cuda:
+        out["gpu"] = torch.cuda.get_device_name()
+        try:
+            out.update(_plan(recipe))
+        except Exception as err:  # keep the measured step whatever the estimate does
+            out["plan_error"] = f"{type(err).__name__}: {err}"
     return out
+
+
+def _plan(recipe) -> dict:
+    """``xmcbench plan``'s estimate for this recipe on this GPU (its memory from torch)."""
+    import torch
+
+    from xmcbench.run.plan import plan_recipe
+
+    memory_gb = torch.cuda.get_device_properties(0).total_memory / 1e9 if torch.cuda.is_available() else 141.0
+    p = plan_recipe(recipe, gpu="H200-141GB", num_gpus=1, gpu_mem_gb=memory_gb)
+    return {"plan_gb": p.per_device_gb, "plan_step_s": p.step_s, "plan_memory_gb": p.memory_gb}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,6 +277,8 @@ def _run(args, home: Path) -> dict:
     os.environ["XMCBENCH_HOME"] = str(home)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     encoder = args.encoder or (_tiny_bert(home) if args.quick else "all-MiniLM-L6-v2")
+    if encoder == "distilbert":
+        encoder = _random_distilbert(home, args.tokenizer)
     results: dict = {"encoder": encoder, "labels": args.labels, "train": args.train, "batch": args.batch, "methods": {}}
     first = None
     for method in args.methods:
@@ -251,12 +288,43 @@ def _run(args, home: Path) -> dict:
             results.update(tokenise_times(data))  # also synthesises and prepares the dataset, once
         with tempfile.TemporaryDirectory(prefix=f"run-{method}-") as run_dir:
             command = [sys.executable, __file__, "--child", method, "--recipe", json.dumps(data), "--run-dir", run_dir]
-            done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+            try:
+                done = subprocess.run(
+                    command, capture_output=True, text=True, env=os.environ.copy(), timeout=args.method_timeout
+                )
+            except subprocess.TimeoutExpired:  # the child is killed; the other methods still run
+                results["methods"][method] = {"error": [f"timed out after {args.method_timeout} s"], **scaled}
+                _save(args, results)
+                continue
         if done.returncode != 0:
-            results["methods"][method] = {"error": done.stderr.strip().splitlines()[-1:] or ["?"], **scaled}
-            continue
-        results["methods"][method] = {**json.loads(done.stdout.strip().splitlines()[-1]), **scaled}
+            results["methods"][method] = {"error": _last_error(done.stderr), **scaled}
+        else:
+            results["methods"][method] = {**json.loads(done.stdout.strip().splitlines()[-1]), **scaled, "recipe": data}
+        _save(args, results)
     return results
+
+
+def _last_error(stderr: str) -> list[str]:
+    """The last lines of a failed child's stderr that are not progress bars (the exception)."""
+    lines = [line.split("\r")[-1].strip() for line in stderr.splitlines()]
+    lines = [line for line in lines if line and "it/s]" not in line and "s/it]" not in line]
+    return lines[-3:] or ["?"]
+
+
+def _save(args, results: dict) -> None:
+    """What is measured so far, after every method (a run cut short keeps its rows)."""
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2))
+
+
+def _random_distilbert(home: Path, tokenizer: str) -> str:
+    """The papers' encoder shape with random weights (``save_random_distilbert``), saved once."""
+    from xmcbench.encoders.tiny_bert import save_random_distilbert
+
+    folder = home / "random-distilbert"
+    if not (folder / "config.json").exists():
+        save_random_distilbert(folder, tokenizer)
+    return str(folder)
 
 
 def _tiny_bert(home: Path) -> str:
@@ -273,15 +341,28 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny BERT, fewer queries")
     ap.add_argument("--methods", type=lambda s: s.split(","), default=list(METHODS))
-    ap.add_argument("--encoder", default=None, help="model name or folder (default: MiniLM; --quick: tiny BERT)")
+    ap.add_argument(
+        "--encoder",
+        default=None,
+        help="model name or folder, or 'distilbert' (the papers' shape, random weights; default: MiniLM; --quick: tiny BERT)",
+    )
+    ap.add_argument("--tokenizer", default="all-MiniLM-L6-v2", help="tokenizer for --encoder distilbert (a folder)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--paper-batch", action="store_true", help="each method's paper batch and pool sizes")
+    ap.add_argument("--train-batches", type=int, default=3, help="with --paper-batch: batches per epoch")
     ap.add_argument("--labels", type=int, default=None)
     ap.add_argument("--train", type=int, default=None)
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--max-length", type=int, default=32)
     ap.add_argument(
-        "--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast (CPUs with bf16 instructions)"
+        "--precision",
+        choices=("fp32", "bf16", "auto"),
+        default="fp32",
+        help="bf16: autocast (CUDA, CPUs with bf16 instructions); auto: bf16 on CUDA, fp32 on CPU",
     )
+    ap.add_argument("--method-timeout", type=float, default=None, help="seconds; a slower method is stopped")
+    ap.add_argument("--out", default=None, help="also write the results here, after every method")
     ap.add_argument("--home", default=None, help="XMCBENCH_HOME for the synthetic data (default: a temp folder)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--recipe", default=None, help=argparse.SUPPRESS)

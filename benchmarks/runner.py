@@ -47,6 +47,8 @@ QUICK = {
     "prepare_scale": 0.002,
     "train": {"labels": 300, "train": 600, "batch": 32, "encoder": "tiny"},
     "judge": {"docs": 4, "labels_per_doc": 3},
+    "search_gpu": [(1_000, 20_000, 384)],
+    "train_gpu": {"labels": [2_000], "train_batches": 3, "methods": ["dexml_hard", "unidec", "prime", "dexml_all"]},
 }
 FULL = {
     "metrics_rows": 200_000,
@@ -57,6 +59,15 @@ FULL = {
     "prepare_scale": 0.25,
     "train": {"labels": 256, "train": 256, "batch": 32, "encoder": "all-MiniLM-L6-v2"},
     "judge": {"docs": 24, "labels_per_doc": 3},
+    "search_gpu": [(10_000, 100_000, 384), (10_000, 1_000_000, 384)],
+    # the papers' encoder shape (DistilBERT, random weights), batch and pool sizes; 1M labels only in
+    # the plan: synthesising, tokenising and clustering 1M labels takes longer than a GPU lease here
+    "train_gpu": {
+        "labels": [100_000],
+        "train_batches": 3,
+        "methods": ["dexml_all", "dexml_hard", "unidec", "prime"],
+        "method_timeout": 100,
+    },
 }
 
 
@@ -318,6 +329,112 @@ def bench_search(cfg, repeat: int) -> list[dict]:
     return rows
 
 
+def _cuda_seconds(fn, repeat: int) -> float:
+    """Best of ``repeat`` wall-clock runs of ``fn`` with the GPU synchronised before and after."""
+    import torch
+
+    def synced():
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    synced()  # warm-up: kernels loaded, allocator primed
+    return best_of(synced, repeat)
+
+
+def bench_search_gpu(cfg, repeat: int) -> list[dict]:
+    """Exact top-100 on the GPU, embeddings already there: the default (bf16 candidates rescored in
+    float32) and the float32 path, against the bare float32 matmul over the same blocks (the floor
+    of an exact float32 search); a sweep of the candidate count; the answer checked against float32."""
+    import torch
+
+    rows = []
+    for n, n_labels, d in cfg["search_gpu"]:
+        rows += _search_gpu_shape(n, n_labels, d, repeat)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _search_gpu_shape(n: int, n_labels: int, d: int, repeat: int, device: str = "cuda") -> list[dict]:
+    import torch
+
+    from xmcbench.search import exact_topk
+
+    rows = []
+    g = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(n, d, device=device, generator=g)
+    keys = torch.randn(n_labels, d, device=device, generator=g)
+    name = torch.cuda.get_device_name() if device == "cuda" else device
+    work = f"exact top-100, {n:,} queries x {n_labels:,} labels x {d}-d, GPU ({name})"
+    chunk = max(1, (1 << 28) // n_labels)  # the search's own block size on CUDA
+    buffer = torch.empty(chunk * n_labels, device=device)
+    half_buffer = torch.empty(chunk * n_labels, device=device, dtype=torch.bfloat16)
+    qh, kh = q.bfloat16(), keys.bfloat16()
+
+    def matmul(a=q, b=keys, out=buffer):
+        with torch.inference_mode():
+            for s in range(0, n, chunk):
+                e = min(s + chunk, n)
+                torch.mm(a[s:e], b.T, out=out[: (e - s) * n_labels].view(e - s, n_labels))
+
+    t_mm = _cuda_seconds(matmul, repeat)
+    t_mm16 = _cuda_seconds(lambda: matmul(qh, kh, half_buffer), repeat)
+    stats: dict = {}
+    t_default = _cuda_seconds(lambda: exact_topk(q, keys, 100, device=device, stats=stats), repeat)
+    t_fp32 = _cuda_seconds(lambda: exact_topk(q, keys, 100, device=device, matmul="fp32"), repeat)
+    ref = exact_topk(q, keys, 100, device=device, matmul="fp32")
+    got = exact_topk(q, keys, 100, device=device)
+    same = bool(np.array_equal(ref.indptr, got.indptr) and np.array_equal(ref.indices, got.indices))
+    same_rows = float(np.mean((ref.indices.reshape(n, 100) == got.indices.reshape(n, 100)).all(axis=1)))
+    gap = float(np.abs(ref.data - got.data).max()) if same else float("nan")
+    sweep = {}
+    for m in (128, 232, 400):
+        st: dict = {}
+        t = _cuda_seconds(
+            lambda m=m, st=st: exact_topk(
+                q, keys, 100, device=device, backend="torch", candidates=m, stats=st, matmul="bf16"
+            ),
+            max(1, repeat - 1),
+        )
+        sweep[m] = {"s": t, "redone": st["rows_redone"] / max(st["rows"], 1)}
+    redone = stats["rows_redone"] / max(stats["rows"], 1)
+    rows.append(
+        row(
+            "search_gpu",
+            work + ", default: bf16 candidates + float32 rescore, CSR out",
+            t_default,
+            "bare float32 matmul, same blocks (floor of an exact float32 search)",
+            t_mm,
+            target="ratio <= 1.25 (within 80% of the matmul's time)",
+            met=bool(t_default <= 1.25 * t_mm),
+            notes=f"same top-100 as the float32 path: {same} ({same_rows:.2%} of rows; max |score diff| {gap:.1e}); "
+            f"rows redone in "
+            f"float32 {redone:.2%}; bare bf16 matmul {t_mm16:.4f} s; candidates sweep "
+            + ", ".join(f"{m}: {v['s']:.4f} s ({v['redone']:.1%} redone)" for m, v in sweep.items()),
+            bf16_matmul_s=t_mm16,
+            rows_redone=redone,
+            same_as_fp32=same,
+            same_rows=same_rows,
+            candidates_sweep=sweep,
+        )
+    )
+    rows.append(
+        row(
+            "search_gpu_fp32",
+            work + ", float32 matmul + top-k (matmul='fp32'), CSR out",
+            t_fp32,
+            "bare float32 matmul, same blocks",
+            t_mm,
+            target="-",
+            met=None,
+            notes="the float32 path the default replaces on CUDA",
+        )
+    )
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # prepare
 
@@ -468,6 +585,61 @@ def bench_train(cfg) -> list[dict]:
     return rows
 
 
+def bench_train_gpu(cfg, tokenizer: str) -> list[dict]:
+    """Training steps on the GPU at the papers' shapes: DistilBERT-shaped encoder (random weights),
+    each method's paper batch and pool sizes, bf16 autocast; queries/s and peak memory per step, with
+    ``xmcbench plan``'s estimates for the same recipe beside them (``benchmarks/bench_train.py``)."""
+    t = cfg["train_gpu"]
+    script = Path(__file__).with_name("bench_train.py")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    )
+    rows = []
+    for n_labels in t["labels"]:
+        methods = [m for m in t["methods"] if m not in t.get("skip", {}).get(n_labels, [])]
+        out = Path(tempfile.gettempdir()) / f"xmcbench-train-gpu-{n_labels}.json"
+        command = [sys.executable, str(script), "--device", "cuda", "--encoder", "distilbert", "--paper-batch"]
+        command += ["--tokenizer", tokenizer, "--labels", str(n_labels), "--train-batches", str(t["train_batches"])]
+        command += ["--epochs", "1", "--precision", "auto", "--methods", ",".join(methods), "--out", str(out)]
+        command += ["--method-timeout", str(t.get("method_timeout", 600))]
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        if not out.exists():
+            rows.append(
+                row(f"train_gpu_{n_labels}", "GPU training", float("nan"), None, None, notes=done.stderr[-500:])
+            )
+            continue
+        r = json.loads(out.read_text())
+        for method, m in r["methods"].items():
+            name = f"train_gpu_{method}_{n_labels // 1000}k"
+            work = (
+                f"{method} training step, {n_labels:,} labels, batch {m.get('paper_batch')}, DistilBERT shape, "
+                f"bf16, {m.get('gpu', 'GPU')}"
+            )
+            if "step_s" not in m:
+                rows.append(row(name, work, float("nan"), None, None, notes=f"failed: {m.get('error')}"))
+                continue
+            rows.append(
+                row(
+                    name,
+                    work + (f", mean pool {m['pool_size_mean']:.0f} labels" if m.get("pool_size_mean") else ""),
+                    m["step_s"],
+                    "xmcbench plan's step estimate (authors' step: not run, no adapter)",
+                    m.get("plan_step_s"),
+                    notes=f"{m['queries_per_s']:.0f} queries/s; peak GPU memory per step {m['peak_step_gb']:.2f} GiB "
+                    f"(allocated at step start {m['resident_at_step_start_gb']:.2f} GiB); plan "
+                    f"{m.get('plan_gb', float('nan')):.2f} GB {m.get('plan_error', '')}; tokenise {r.get('tokenise_build_s', float('nan')):.1f} s build, "
+                    f"{r.get('tokenise_load_s', float('nan')):.2f} s load",
+                    queries_per_s=m["queries_per_s"],
+                    peak_gb=m["peak_step_gb"],
+                    plan_gb=m.get("plan_gb"),
+                    plan_memory_gb=m.get("plan_memory_gb"),
+                    recipe=m.get("recipe"),
+                    steps=m["steps"],
+                )
+            )
+    return rows
+
+
 def bench_judge(cfg) -> list[dict]:
     """The smoke recipe's LLM judge on the smoke dataset's documents, j labels each (LMTX's shortlist
     shape): P(yes) with shared prefixes run once (the template's start once per judge, each document's
@@ -553,7 +725,8 @@ def print_table(rows: list[dict]) -> None:
             print(f"  {r['name']}: {r['notes']}")
 
 
-ALL = ("metrics", "metrics1m", "search", "prepare", "train", "judge", "smoke")
+ALL = ("metrics", "metrics1m", "search", "search_gpu", "prepare", "train", "train_gpu", "judge", "smoke")
+GPU_ONLY = ("search_gpu", "train_gpu")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -564,20 +737,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeat", type=int, default=None, help="best of N (default 3, quick 2)")
     parser.add_argument("--json", type=Path, default=Path("benchmark-results.json"), help="where to save the JSON")
     parser.add_argument("--prepare-dir", type=Path, default=None, help="folder for the synthetic prepare dataset")
+    parser.add_argument(
+        "--tokenizer", default="all-MiniLM-L6-v2", help="tokenizer of the GPU training rows' encoder (a folder)"
+    )
     parser.add_argument("--shape", type=json.loads, default=None, help=argparse.SUPPRESS)  # tests: tiny overrides
     args = parser.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
     cfg.update(args.shape or {})
     repeat = args.repeat or (2 if args.quick else 3)
-    wanted = args.only or [x for x in ALL if x != "smoke" or args.smoke]
+    import torch
+
+    wanted = args.only or [
+        x for x in ALL if (x != "smoke" or args.smoke) and (x not in GPU_ONLY or torch.cuda.is_available())
+    ]
+    skipped = [x for x in wanted if x in GPU_ONLY and not torch.cuda.is_available()]
+    if skipped:
+        print(f"no CUDA GPU here: {', '.join(skipped)} skipped", file=sys.stderr)
+        wanted = [x for x in wanted if x not in skipped]
     started = time.perf_counter()
     rows: list[dict] = []
     for name, fn in (
         ("metrics", lambda: bench_metrics(cfg, repeat)),
         ("metrics1m", lambda: bench_metrics_big(cfg, repeat)),
         ("search", lambda: bench_search(cfg, repeat)),
+        ("search_gpu", lambda: bench_search_gpu(cfg, repeat)),
         ("prepare", lambda: bench_prepare(cfg, args.prepare_dir)),
         ("train", lambda: bench_train(cfg)),
+        ("train_gpu", lambda: bench_train_gpu(cfg, args.tokenizer)),
         ("judge", lambda: bench_judge(cfg)),
         ("smoke", bench_smoke),
     ):

@@ -231,3 +231,29 @@ def test_bad_arguments():
         dynamic_margin_triplet_loss(s, s, 0.5, 0.1)
     with pytest.raises(XmcbenchError, match="negative_temperature"):
         dynamic_margin_triplet_loss(s, s, negative_temperature=0.0)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "softmax"])
+@pytest.mark.parametrize("variant", ["max", "paper"])
+def test_pool_loss_in_row_chunks_is_the_same_value_and_gradient(monkeypatch, reduction, variant):
+    """Large pools run in checkpointed row chunks (memory O(chunk x K x P)): the same loss and
+    gradient as in one piece, rows without positives included."""
+    import xmcbench.losses.dynamic_margin_triplet as dmt
+
+    g = torch.Generator().manual_seed(3)
+    scores = torch.rand(37, 23, generator=g, dtype=torch.float64) * 2 - 1
+    targets = torch.rand(37, 23, generator=g) < 0.2
+    targets[5] = False  # a row without positives
+    targets[:, 4] = True  # a label that is positive for every row: K is large in the transposed term
+    results = []
+    for budget in (1 << 25, 50):  # one piece; chunks of a few rows
+        monkeypatch.setattr(dmt, "_TRIPLET_BUDGET", budget)
+        for s, t in ((scores, targets), (scores.T, targets.T)):
+            x = s.detach().clone().requires_grad_(True)
+            loss = dmt.dynamic_margin_triplet_pool_loss(x, t, 0.1, 0.3, variant, 0.1, reduction, top_negatives=5)
+            loss.backward()
+            results.append((loss.detach(), x.grad))
+    for (a, ga), (b, gb) in zip(results[:2], results[2:], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(ga, gb, rtol=1e-12, atol=1e-12)
+    assert results[0][0] != 0

@@ -16,6 +16,13 @@ try:
     BACKENDS = ["torch", "faiss"]
 except ImportError:
     BACKENDS = ["torch", pytest.param("faiss", marks=pytest.mark.skip(reason="faiss is not installed"))]
+# bf16 candidates rescored in float32 (the CUDA default), run here on the CPU: small-integer
+# embeddings tie at the candidates' cut in most rows, so the float32 redo is exercised too.
+BACKENDS_BF16 = [*BACKENDS, "torch-bf16"]
+
+
+def _backend(name: str) -> dict:
+    return {"backend": "torch", "matmul": "bf16"} if name == "torch-bf16" else {"backend": name}
 
 
 def _integer_embeddings(seed: int, n: int = 120, n_labels: int = 90, d: int = 6):
@@ -50,14 +57,14 @@ def _as_rows(csr):
     ]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS_BF16)
 @pytest.mark.parametrize(
     "chunking",
     [{}, {"chunk_size": 1}, {"chunk_size": 17}, {"label_chunk_size": 7}, {"chunk_size": 13, "label_chunk_size": 40}],
 )
 def test_matches_brute_force_with_exact_ties(chunking, backend):
     q, keys = _integer_embeddings(0)
-    got = exact_topk(q, keys, 8, device="cpu", backend=backend, **chunking)
+    got = exact_topk(q, keys, 8, device="cpu", **_backend(backend), **chunking)
     assert got.shape == (120, 90) and got.has_canonical_format and got.dtype == np.float32
     expected = _brute(q, keys, 8)
     assert _as_rows(got) == [sorted(row) for row in expected]  # ties at the k-th place: lower labels
@@ -65,13 +72,13 @@ def test_matches_brute_force_with_exact_ties(chunking, backend):
     assert top_k(got, 8).tolist() == [[j for j, _ in row] for row in expected]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS_BF16)
 def test_exclude_removes_pairs_before_top_k(backend):
     q, keys = _integer_embeddings(1, n=40, n_labels=30)
     rng = np.random.default_rng(1)
     exclude = sp.csr_matrix((rng.random((40, 30)) < 0.2).astype(np.float32))
     for chunking in ({}, {"chunk_size": 3, "label_chunk_size": 11}):
-        got = exact_topk(q, keys, 5, device="cpu", backend=backend, exclude=exclude, **chunking)
+        got = exact_topk(q, keys, 5, device="cpu", **_backend(backend), exclude=exclude, **chunking)
         assert _as_rows(got) == [sorted(r) for r in _brute(q, keys, 5, exclude)]
         assert got.multiply(exclude).nnz == 0
 
@@ -87,12 +94,12 @@ def test_k_larger_than_label_count_and_exclusions_leave_fewer(backend):
     assert got[0].indices.tolist() == [3]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS_BF16)
 def test_a_chunk_without_exclusions_beside_one_with_them(backend):
     """Exclusions only in the first chunk: the other chunks have none to apply (faiss once failed there)."""
     q, keys = _integer_embeddings(6, n=12, n_labels=10)
     exclude = sp.csr_matrix(([1.0, 1.0], ([0, 1], [3, 4])), shape=(12, 10))
-    got = exact_topk(q, keys, 3, device="cpu", backend=backend, exclude=exclude, chunk_size=2)
+    got = exact_topk(q, keys, 3, device="cpu", **_backend(backend), exclude=exclude, chunk_size=2)
     assert _as_rows(got) == [sorted(r) for r in _brute(q, keys, 3, exclude)]
 
 
@@ -103,6 +110,39 @@ def test_torch_tensors_in(backend):
     a = exact_topk(torch.from_numpy(q), torch.from_numpy(keys).double(), 4, device="cpu", backend=backend)
     b = exact_topk(q, keys, 4, device="cpu", backend="torch")
     assert (a != b).nnz == 0
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-3, 1e4])
+def test_bf16_candidates_give_the_float32_top_k(scale):
+    """Continuous scores: the bf16 candidates, rescored, are the float32 top-k; the bound accepts
+    nearly every row (the redo is for near-ties), at any embedding scale."""
+    rng = np.random.default_rng(11)
+    q = (rng.standard_normal((150, 48)) * scale).astype(np.float32)
+    keys = rng.standard_normal((4000, 48)).astype(np.float32)
+    exclude = sp.csr_matrix((rng.random((150, 4000)) < 0.01).astype(np.float32))
+    for ex, chunking in ((None, {}), (exclude, {"chunk_size": 40, "label_chunk_size": 900})):
+        ref = exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="fp32", exclude=ex, **chunking)
+        stats = {}
+        got = exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="bf16", exclude=ex, stats=stats, **chunking)
+        np.testing.assert_array_equal(got.indptr, ref.indptr)
+        np.testing.assert_array_equal(got.indices, ref.indices)
+        np.testing.assert_allclose(got.data, ref.data, rtol=1e-5, atol=1e-6 * scale)
+        assert stats["rows"] == 150 * (1 if ex is None else 5) and stats["rows_redone"] <= 0.05 * stats["rows"]
+    # Too few candidates for the bound: every row is redone in float32, and the answer is the same.
+    stats = {}
+    few = exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="bf16", candidates=20, stats=stats)
+    assert (few != exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="fp32")).nnz == 0
+    assert stats["rows_redone"] > 0
+
+
+def test_matmul_choices_are_checked():
+    q, keys = _integer_embeddings(12, n=3, n_labels=4)
+    with pytest.raises(XmcbenchError, match="matmul"):
+        exact_topk(q, keys, 2, matmul="fp16")
+    with pytest.raises(XmcbenchError, match="candidates"):
+        exact_topk(q, keys, 2, candidates=1)
+    with pytest.raises(XmcbenchError, match="float32 only"):
+        exact_topk(q, keys, 2, backend="faiss", matmul="bf16")
 
 
 def test_faiss_backend_agrees():
@@ -199,5 +239,35 @@ def test_gpu_matches_cpu():
     for chunking in ({}, {"chunk_size": 64, "label_chunk_size": 700}):
         gpu = exact_topk(q, keys, 20, device="cuda", exclude=exclude, **chunking)
         assert (cpu != gpu).nnz == 0  # integer embeddings: exact scores, ties resolved identically
-    default = exact_topk(q, keys, 20, exclude=exclude)  # device=None picks CUDA
+    default = exact_topk(q, keys, 20, exclude=exclude)  # device=None picks CUDA (bf16 candidates)
     assert (cpu != default).nnz == 0
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_candidates_match_float32():
+    """Against float64 scores: both paths return a top-100 that no label left out beats by more than
+    float32 rounding (two float32 sums of 384 terms may order a near-tie differently)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    rng = np.random.default_rng(13)
+    q = rng.standard_normal((2000, 384)).astype(np.float32)
+    keys = rng.standard_normal((50_000, 384)).astype(np.float32)
+    exact = torch.from_numpy(q).cuda().double() @ torch.from_numpy(keys).cuda().double().T  # (n, L)
+    tol = 384 * 2.0**-23 * np.linalg.norm(q, axis=1).max() * np.linalg.norm(keys, axis=1).max()
+    stats = {}
+    ref = exact_topk(q, keys, 100, device="cuda", matmul="fp32")
+    got = exact_topk(q, keys, 100, device="cuda", stats=stats)  # the CUDA default: bf16 candidates
+    for result in (ref, got):
+        chosen = torch.zeros_like(exact, dtype=torch.bool)
+        rows = torch.arange(2000, device="cuda").repeat_interleave(100)
+        chosen[rows, torch.from_numpy(result.indices.astype(np.int64)).cuda()] = True
+        worst_in = exact.masked_fill(~chosen, float("inf")).min(dim=1).values
+        best_out = exact.masked_fill(chosen, float("-inf")).max(dim=1).values
+        assert bool((best_out <= worst_in + tol).all())
+    same = (got.indices.reshape(2000, 100) == ref.indices.reshape(2000, 100)).all(axis=1)
+    assert same.mean() >= 0.99
+    np.testing.assert_allclose(
+        got.data.reshape(2000, 100)[same], ref.data.reshape(2000, 100)[same], rtol=1e-5, atol=1e-4
+    )
+    assert stats["rows_redone"] < stats["rows"]

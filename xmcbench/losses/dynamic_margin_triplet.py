@@ -182,7 +182,8 @@ def dynamic_margin_triplet_pool_loss(
         Scalar: "sum": the sum over all (row, positive, negative) triplets; "softmax": per row
         the mean over its positives of the weighted sum over its kept negatives, then the mean
         over rows with a pair; "mean": per row the mean over its pairs, then the mean over rows
-        with a pair. Memory O(B * K * P), K = max positives/row.
+        with a pair. Memory O(B * K * P), K = max positives/row, in row chunks of at most 2^25
+        cells whose intermediates are recomputed in backward (the same value and gradient).
     """
     check_scores_targets(scores, targets, "dynamic_margin_triplet_pool_loss")
     if reduction not in REDUCTIONS:
@@ -194,16 +195,46 @@ def dynamic_margin_triplet_pool_loss(
     _check(gamma_min, gamma_max, variant, negative_temperature)
     if scores.numel() == 0:
         return scores.sum()
+    args = (gamma_min, gamma_max, variant, negative_temperature, reduction, top_negatives)
+    n_rows, width = scores.shape
+    k = int(targets.sum(dim=1).max())  # positives of the fullest row: the K of (B, K, P)
+    rows = max(1, _TRIPLET_BUDGET // max(k * width, 1))
+    if rows >= n_rows:
+        row_loss, row_count = _pool_rows(scores, targets, *args)
+    else:
+        # Every row's terms are independent: rows in chunks, each chunk's (rows, K, P) tensors
+        # recomputed in backward instead of kept (a 3200-query PRIME batch whose popular labels have
+        # hundreds of positive queries needs tens of GB at once otherwise).
+        from torch.utils.checkpoint import checkpoint
+
+        parts = [
+            checkpoint(_pool_rows, scores[i : i + rows], targets[i : i + rows], *args, use_reentrant=False)
+            if scores.requires_grad
+            else _pool_rows(scores[i : i + rows], targets[i : i + rows], *args)
+            for i in range(0, n_rows, rows)
+        ]
+        row_loss = torch.cat([part[0] for part in parts])
+        row_count = torch.cat([part[1] for part in parts])
+    if reduction == "sum":
+        return row_loss.sum()
+    return mean_over_rows(row_loss, row_count)
+
+
+_TRIPLET_BUDGET = 1 << 25  # (row, positive, negative) cells per chunk: 128 MB per float32 tensor
+
+
+def _pool_rows(scores, targets, gamma_min, gamma_max, variant, negative_temperature, reduction, top_negatives):
+    """Per-row loss and count of ``dynamic_margin_triplet_pool_loss`` over the (B, P) rows given:
+    (B,) sums of the row's triplet terms ("sum", "mean") or of its anchors' weighted sums
+    ("softmax"), and (B,) the count each row's mean divides by."""
     pos, pos_valid = gather_positives(scores, targets)  # (B, K)
     neg_valid = ~targets  # (B, P)
     valid = pos_valid[:, :, None] & neg_valid[:, None, :]  # (B, K, P)
     s_neg = scores.masked_fill(targets, 0.0)[:, None, :]  # (B, 1, P)
     losses = dynamic_margin_triplet_terms(pos[:, :, None], s_neg, gamma_min, gamma_max, variant)
     losses = losses.masked_fill(~valid, 0.0)  # (B, K, P)
-    if reduction == "sum":
-        return losses.sum()
-    if reduction == "mean":
-        return mean_over_rows(losses.sum(dim=(1, 2)), valid.sum(dim=(1, 2)))
+    if reduction in ("sum", "mean"):
+        return losses.sum(dim=(1, 2)), valid.sum(dim=(1, 2))
     if top_negatives is not None and top_negatives < scores.shape[1]:
         hardest = scores.detach().masked_fill(targets, float("-inf")).topk(top_negatives, dim=1).indices  # (B, k)
         kept = torch.zeros_like(targets).scatter_(1, hardest, True) & neg_valid  # (B, P)
@@ -212,4 +243,4 @@ def dynamic_margin_triplet_pool_loss(
     weights = _negative_weights(s_neg.expand_as(losses), valid & (losses.detach() > 0), negative_temperature)
     per_anchor = (weights * losses).sum(dim=2)  # (B, K) weighted sum over negatives
     anchors = pos_valid & neg_valid.any(dim=1, keepdim=True)  # (B, K) positives that have negatives
-    return mean_over_rows(per_anchor.sum(dim=1), anchors.sum(dim=1))
+    return per_anchor.sum(dim=1), anchors.sum(dim=1)

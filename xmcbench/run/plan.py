@@ -14,12 +14,21 @@ An estimate on paper, from:
 * a device table (A100-40GB, A100-80GB, H100-80GB, ...) or ``gpu_mem_gb``.
 
 Memory per device = model state (fp32 weights, grads and AdamW moments: 16 bytes a parameter) +
-activations of one gradient-cache chunk (bf16, ~34·h bytes per token and layer + attention) +
-the method's label-side tensors (all-negatives: this device's shard of the label embeddings and
-their cached gradients, and the (global batch x label shard) logits with their gradient, fp32;
-UniDEC: its classifier table with AdamW state) + a 10% allocator margin. Step time = the
-step's FLOPs / (device peak x an assumed utilisation of 40%). These are first-order estimates
-(within ~30% for the memory, a factor 2 for time); the recorded peaks of real runs say more.
+activations (bf16, ~34·h bytes per token and layer + attention, x0.8 as measured) of what is
+embedded with a graph at once + the method's label-side tensors + a 10% allocator margin:
+
+* DEXML all negatives: the larger of this GPU's share of the query batch and one gradient-cache
+  chunk of labels; this device's shard of the label embeddings with their cached gradients; and
+  ~12 float32 (global batch x label shard) tensors of the loss (measured on one GPU, where the loss
+  is not sharded; the sharded loss is assumed to keep as many per shard);
+* sampled pools (DEXML hard negatives, UniDEC, PRIME, ...): the batch's queries and its pool of
+  positives and negatives (counted with duplicates: an upper bound), and the (batch x pool) loss
+  tensors; UniDEC also its classifier table with AdamW state.
+
+Step time = the step's FLOPs / (device peak x an assumed utilisation of 40%). Checked against the
+peaks recorded on an H200 (``benchmarks/results/train-gpu-h200.json``, ``tests/run/test_plan.py``):
+the memory estimate is within -10% / +70% of them (the pools' duplicates make it high); step time
+is a rough guide (the recorded steps took 1.2-2.0x the estimate).
 """
 
 from __future__ import annotations
@@ -33,6 +42,11 @@ from xmcbench.errors import XmcbenchError
 __all__ = ["DEVICES", "ENCODERS", "EncoderSize", "Plan", "encoder_size", "plan_recipe"]
 
 GB = 1e9
+# Measured peaks (benchmarks/results/train-gpu-h200.json: H200, DistilBERT shape, bf16 autocast,
+# 100k labels) against the bf16 formula: ~0.8 of its bytes per token, and ~12 float32 tensors of
+# (batch x labels) in a decoupled-softmax step (scores, targets, softmax terms and their gradients).
+ACTIVATION_SCALE = 0.8
+LOGIT_TENSORS = 12
 
 # name -> (memory GB, dense bf16 peak TFLOPS)
 DEVICES: dict[str, tuple[float, float]] = {
@@ -162,6 +176,27 @@ class Plan:
         return "\n".join(lines)
 
 
+def _method_config(recipe):
+    """The method's validated config (defaults filled in), or None for a recipe not loaded through
+    ``load_recipe`` / ``recipe_from_dict``."""
+    try:
+        return recipe.method_config()
+    except (XmcbenchError, AttributeError):
+        return None
+
+
+def _pool_size(method: str, config, batch: int, n_labels: int) -> int:
+    """Labels embedded with a graph per step: each query's sampled positives and negatives
+    (DEXML hard negatives: beta + m; UniDEC: capped by max_pool_size; PRIME: beta positives)."""
+    positives = int(getattr(config, "positives_per_query", 1) or 1)
+    negatives = int(getattr(config, "hard_negatives", 0) or 0)
+    pool = batch * (positives + negatives)
+    cap = getattr(config, "max_pool_size", None)
+    if cap:
+        pool = min(pool, int(cap))
+    return max(1, min(pool, n_labels))
+
+
 def _dataset_counts(recipe) -> tuple[str, int, int]:
     ds = recipe.dataset
     synthetic = getattr(ds, "synthetic", None)
@@ -199,41 +234,47 @@ def plan_recipe(
     batch = int(recipe.training.batch_size)
     notes = [f"encoder size from its {'config' if enc.source == 'config' else 'known-size table (Hub id, offline)'}"]
     regime = params.get("regime", "all_negatives" if method == "dexml" else None)
-    chunk = int(params.get("gradcache_chunk", batch)) if method == "dexml" else batch
-    chunk = min(chunk, batch)
+    config = _method_config(recipe)
 
     memory: dict[str, float] = {}
     memory["model + grads + AdamW (fp32)"] = 16 * enc.params / GB
-    # activations kept for backward, bf16 (Korthikanti et al.): ~34 h + 5 a s bytes per token and layer
+    # activations kept for backward per token and layer: Korthikanti et al.'s 34 h + 5 a s bytes for
+    # bf16, x ACTIVATION_SCALE as measured (H200, DistilBERT shape, bf16 autocast; module docstring)
     heads = max(1, h // 64)
-    per_token = layers * (34 * h + 5 * heads * seq)
-    memory["activations (one chunk, bf16)"] = chunk * seq * per_token / GB
+    per_token = ACTIVATION_SCALE * layers * (34 * h + 5 * heads * seq)
     label_table = n_labels * h * 4 / GB
     classifier = 0.0
-    # encoder passes per step, in tokens: forward + backward (x3), gradient cache re-forwards (x4)
-    passes = 4 if method == "dexml" else 3
-    step_tokens = batch * seq * passes
     logits_flops = 0.0
     if method == "dexml" and regime == "all_negatives":
         shard = math.ceil(n_labels / g)
+        chunk = int(params.get("gradcache_chunk", 1024))
+        # The query graph (this GPU's share of the batch) lives through the loss; the label chunks
+        # are re-embedded with a graph one at a time after it (gradient cache).
+        memory["activations: max(query batch, label chunk), bf16"] = max(batch / g, chunk) * seq * per_token / GB
         memory["label embedding shard + grads (fp32)"] = 2 * shard * h * 4 / GB
-        memory["logits + grads (batch x shard, fp32)"] = 2 * batch * shard * 4 / GB
-        step_tokens += n_labels / g * label_seq * passes * g  # every label is encoded every step, across GPUs
+        memory["logits + loss tensors (batch x shard, fp32)"] = LOGIT_TENSORS * batch * shard * 4 / GB
+        # tokens through the encoder: queries forward + backward (x3); labels forward without a
+        # graph, again with one, and backward (x4), every label every step, across GPUs
+        step_tokens = batch * seq * 3 + n_labels * label_seq * 4
         logits_flops = 3 * 2 * batch * n_labels * h
         notes.append("all-negatives: every label is re-encoded each step (gradient cache), labels sharded over GPUs")
+    elif method in ("tfidf", "zero_shot"):
+        memory = {"model (inference, fp32)": 4 * enc.params / GB, "label embeddings (fp32)": label_table}
+        step_tokens = batch * seq
     else:
-        pool = int(params.get("num_negatives", params.get("shortlist_size", params.get("pool_size", 0))) or 0)
-        negatives = batch * max(pool, 1)
-        memory["label-side activations (in-batch/shortlist)"] = min(negatives, 4 * batch) * label_seq * per_token / GB
-        step_tokens += min(negatives, 4 * batch) * label_seq * 3
+        pool = _pool_size(method, config, batch, n_labels)
+        memory["activations (queries + pool labels), bf16"] = (batch * seq + pool * label_seq) / g * per_token / GB
+        memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * pool * 4 / g / GB
+        step_tokens = (batch * seq + pool * label_seq) * 3
+        notes.append(
+            f"pool of {pool:,} labels a step (sampled positives + negatives, duplicates not removed: "
+            "an upper bound; the recorded pool_size_mean says what a run drew)"
+        )
         if method == "unidec":
-            classifier = n_labels * h * 4 / GB
+            classifier = n_labels * int(getattr(config, "dim", None) or h) * 4 / GB
             memory["classifier + grads + AdamW (fp32)"] = (
                 4 * classifier / g if params.get("shard", False) else 4 * classifier
             )
-        if method in ("tfidf", "zero_shot"):
-            memory = {"model (inference, fp32)": 4 * enc.params / GB, "label embeddings (fp32)": label_table}
-            step_tokens = batch * seq
     memory["allocator margin (10%)"] = 0.1 * sum(memory.values())
     non_embedding = max(enc.params - enc.vocab * h, 1)
     flops = 2 * non_embedding * step_tokens + logits_flops

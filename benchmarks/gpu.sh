@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Issue #16's GPU rows in one call on a machine with a CUDA GPU and no network:
+#
+#     bash benchmarks/gpu.sh [OUT]      # OUT: where the logs and JSON go (default /tmp/xmcbench-gpu)
+#
+# 1. the GPU-only tests (pytest -m gpu);
+# 2. `python -m benchmarks --only search_gpu`: exact top-100 on the GPU (bf16 candidates + float32
+#    rescore vs the bare float32 matmul), 10k x 100k and 10k x 1M labels x 384-d;
+# 3. `python -m benchmarks --only train_gpu`: one epoch of each supervised method at its paper's batch
+#    and pool sizes, DistilBERT-shaped encoder (random weights), 100k labels, bf16; peak memory per step
+#    next to `xmcbench plan`'s estimate.
+#
+# Python packages the machine lacks can come as wheels in .whl/ (installed into /tmp/site), and the
+# encoder's tokenizer as a folder in .gpu/tokenizer (a copy of MiniLM's: bert-base-uncased's vocabulary).
+# Each step has its own time limit, so a slow one cannot take the others' results with it.
+set -uo pipefail
+out=${1:-${OUT:-/tmp/xmcbench-gpu}}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=true
+export XMCBENCH_HOME=${XMCBENCH_HOME:-/tmp/xmcbench-gpu-home}
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+tokenizer=all-MiniLM-L6-v2
+[ -d .gpu/tokenizer ] && tokenizer=$PWD/.gpu/tokenizer
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv 2>&1 | tee "$out/gpu.txt"
+python3 -c "import torch, transformers, xmcbench; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())" 2>&1 | tee -a "$out/gpu.txt"
+
+step() {  # name, limit in seconds, command...
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: exit $rc in $((SECONDS - start)) s" | tee -a "$out/gpu.txt"
+    tail -n 25 "$out/$name.log"
+}
+
+step tests "${GPU_TESTS_S:-60}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/search/test_exact.py tests/train/test_gradcache.py tests/train/test_autocast_and_rng.py tests/losses/test_loss_registry.py
+step search "${GPU_SEARCH_S:-120}" python3 -m benchmarks --only search_gpu --repeat 2 --json "$out/search-gpu.json"
+step train "${GPU_TRAIN_S:-380}" python3 -m benchmarks --only train_gpu --tokenizer "$tokenizer" --json "$out/train-gpu.json"
+cp /tmp/xmcbench-train-gpu-*.json "$out/" 2>/dev/null || true
