@@ -21,11 +21,27 @@ def smoke(
     db: Annotated[Path | None, typer.Option(help="Results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
     runs_dir: Annotated[Path | None, typer.Option(help="Where run directories go.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            help="Recipes at once, each in its own process sharing the cores (1: one after another in this "
+            "process). 2 on 2 cores took the suite from ~714 s to ~460 s."
+        ),
+    ] = 1,
 ) -> None:
     """Run every smoke recipe (synthetic data, CPU, minutes) and check each one's quality floors."""
     from xmcbench.run.smoke import run_smoke
 
-    outcomes = run_smoke(recipes_dir, db=db, runs_dir=runs_dir, only=only, progress=not quiet)
+    if jobs > 1:
+        from xmcbench.cli.sweep import _Display
+        from xmcbench.sweep.smoke import run_smoke_together
+
+        with _Display(live=console.is_terminal and not quiet) as display:
+            outcomes = run_smoke_together(
+                recipes_dir, jobs=jobs, db=db, runs_dir=runs_dir, only=only, on_change=display.update
+            )
+    else:
+        outcomes = run_smoke(recipes_dir, db=db, runs_dir=runs_dir, only=only, progress=not quiet)
     datasets = sorted({o.result.record["task"]["dataset"] for o in outcomes if o.result})
     table = Table(title=escape(f"smoke suite on {', '.join(datasets) or '-'}"))
     for col in ("recipe", "P@1", "P@5", "nDCG@5", "PSP@5", "R@100", "wall s", "floors"):

@@ -44,6 +44,19 @@ def smoke_recipes(directory: Path | None = None, only: list[str] | None = None) 
     return recipes
 
 
+def load_smoke(directory: Path | None = None, only: list[str] | None = None):
+    """Every smoke recipe as an outcome to fill, and those that load as (outcome, recipe) pairs to run."""
+    outcomes, runnable = [], []
+    for path in smoke_recipes(directory, only):
+        outcome = SmokeOutcome(path)
+        try:
+            runnable.append((outcome, load_recipe(path)))
+        except XmcbenchError as exc:
+            outcome.failures.append(str(exc))
+        outcomes.append(outcome)
+    return outcomes, runnable
+
+
 def run_smoke(
     directory: Path | None = None,
     *,
@@ -52,27 +65,21 @@ def run_smoke(
     only: list[str] | None = None,
     progress: bool = True,
 ) -> list[SmokeOutcome]:
-    outcomes = []
-    for path in smoke_recipes(directory, only):
-        outcome = SmokeOutcome(path)
-        try:
-            recipe = load_recipe(path)
-        except XmcbenchError as exc:
-            outcome.failures.append(str(exc))
-            outcomes.append(outcome)
-            continue
+    """Run every smoke recipe, one after another in this process, and check its floors (several at
+    once, each in its own process: ``xmcbench.sweep.smoke.run_smoke_together``)."""
+    outcomes, runnable = load_smoke(directory, only)
+    for outcome, recipe in runnable:
         try:
             outcome.result = run_recipe(
                 recipe,
-                recipe_path=str(path),
+                recipe_path=str(outcome.recipe),
                 db=db,
                 runs_dir=runs_dir,
                 progress=progress,
-                command=f"xmcbench smoke ({path.name})",
+                command=f"xmcbench smoke ({outcome.recipe.name})",
             )
         except Exception as exc:  # one broken recipe must not hide the others' results
             outcome.failures.append(f"run failed: {type(exc).__name__}: {exc}")
         else:
             outcome.failures = outcome.result.failed_floors(recipe.expect)
-        outcomes.append(outcome)
     return outcomes
