@@ -344,7 +344,8 @@ def parse_args(argv=None):
     ap.add_argument(
         "--encoder",
         default=None,
-        help="model name or folder, or 'distilbert' (the papers' shape, random weights; default: MiniLM; --quick: tiny BERT)",
+        help="model name or folder, or 'distilbert' (the papers' shape, random weights); "
+        "default: MiniLM, --quick: tiny BERT",
     )
     ap.add_argument("--tokenizer", default="all-MiniLM-L6-v2", help="tokenizer for --encoder distilbert (a folder)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

@@ -627,7 +627,8 @@ def bench_train_gpu(cfg, tokenizer: str) -> list[dict]:
                     m.get("plan_step_s"),
                     notes=f"{m['queries_per_s']:.0f} queries/s; peak GPU memory per step {m['peak_step_gb']:.2f} GiB "
                     f"(allocated at step start {m['resident_at_step_start_gb']:.2f} GiB); plan "
-                    f"{m.get('plan_gb', float('nan')):.2f} GB {m.get('plan_error', '')}; tokenise {r.get('tokenise_build_s', float('nan')):.1f} s build, "
+                    f"{m.get('plan_gb', float('nan')):.2f} GB {m.get('plan_error', '')}; "
+                    f"tokenise {r.get('tokenise_build_s', float('nan')):.1f} s build, "
                     f"{r.get('tokenise_load_s', float('nan')):.2f} s load",
                     queries_per_s=m["queries_per_s"],
                     peak_gb=m["peak_step_gb"],

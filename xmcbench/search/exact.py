@@ -32,9 +32,10 @@ bound on what any label left out could score in float32:
 where c is the query's m-th bf16 score (every label left out scored at most c), q~ = bf16(q),
 dq = q - q~, |K~| and |dK| the largest label-embedding norm and rounding error in the block, u_out
 the unit roundoff of the bf16 output (2^-8; a float32 output would drop it, but top-k over bf16
-scores is faster: 9.0 vs 13.4 ms for 10k x 100k on an H200) and the 2 d 2^-24 terms the float32 accumulation of the product and of the rescore (Cauchy-Schwarz
-bounds the rest). A query that fails the test (near-ties at the cut, rare with real embeddings)
-is searched again in float32 over that block. The result is the float32 top-k of every query.
+scores is faster: 9.0 vs 13.4 ms for 10k x 100k on an H200) and the 2 d 2^-24 terms the float32
+accumulation of the product and of the rescore (Cauchy-Schwarz bounds the rest). A query that
+fails the test (near-ties at the cut, rare with real embeddings) is searched again in float32
+over that block. The result is the float32 top-k of every query.
 """
 
 from __future__ import annotations
@@ -281,7 +282,7 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude,
     out_values = np.empty((n, k), dtype=np.float32)
     out_labels = np.empty((n, k), dtype=np.int64)
     buffer = None
-    with torch.inference_mode(), _fp32_reductions():
+    with torch.inference_mode(), _Fp32Reductions():
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
             q = _as_tensor(queries[start:end], device)  # (B, d)
@@ -349,7 +350,7 @@ def _mask(scores, excluded, lo: int, hi: int) -> None:
     ] = float("-inf")
 
 
-class _fp32_reductions:
+class _Fp32Reductions:
     """cuBLAS may reduce a bf16 product's split-K partial sums in bf16 unless told not to: the
     error bound assumes float32 accumulation throughout, so that is switched off for the search."""
 
