@@ -80,3 +80,8 @@ def test_plan_against_peaks_recorded_on_a_gpu(row):
     recorded_gb = row["peak_gb"] * 2**30 / 1e9
     plan = plan_recipe(recipe_from_dict(row["recipe"]), gpu="H200-141GB", num_gpus=1)
     assert 0.9 <= plan.per_device_gb / recorded_gb <= 1.7, (plan.per_device_gb, recorded_gb, plan.memory_gb)
+
+
+def test_the_regime_is_the_methods_default_when_the_recipe_leaves_it_out():
+    p = plan_recipe(load_recipe("recipes/smoke/dexml.yaml"), gpu="A100-40GB", num_gpus=1)  # no regime key: hard
+    assert p.method == "dexml (hard_negatives)"

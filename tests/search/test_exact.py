@@ -135,6 +135,20 @@ def test_bf16_candidates_give_the_float32_top_k(scale):
     assert stats["rows_redone"] > 0
 
 
+def test_bf16_search_leaves_the_matmul_flags_as_it_found_them():
+    torch = pytest.importorskip("torch")
+    q, keys = _integer_embeddings(16, n=10, n_labels=50)
+    matmul = torch.backends.cuda.matmul
+    before = (matmul.allow_tf32, matmul.allow_bf16_reduced_precision_reduction)
+    matmul.allow_tf32 = True  # a caller's choice: off during the search (the bound needs float32), back after
+    try:
+        got = exact_topk(q, keys, 5, device="cpu", matmul="bf16")  # backend "auto" goes to torch for bf16
+        assert _as_rows(got) == [sorted(row) for row in _brute(q, keys, 5)]
+        assert matmul.allow_tf32 is True
+    finally:
+        matmul.allow_tf32, matmul.allow_bf16_reduced_precision_reduction = before
+
+
 def test_matmul_choices_are_checked():
     q, keys = _integer_embeddings(12, n=3, n_labels=4)
     with pytest.raises(XmcbenchError, match="matmul"):

@@ -36,3 +36,12 @@ def test_cli_jobs_prints_the_table_and_fails_on_a_missed_floor(recipes):
     assert done.returncode == 1, done.stderr
     assert "tfidf-a" in done.stdout and "tfidf-floor" in done.stdout  # both rows of the table
     assert "tfidf-floor" in done.stderr and "P@1" in done.stderr
+
+
+def test_cli_rejects_zero_jobs(recipes):
+    from typer.testing import CliRunner
+
+    from xmcbench.cli import app
+
+    result = CliRunner().invoke(app, ["smoke", "--recipes-dir", str(recipes), "--jobs", "0"])
+    assert result.exit_code != 0 and "--jobs must be at least 1" in result.output

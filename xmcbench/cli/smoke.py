@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmcbench.cli._common import console, err_console, handle_errors
+from xmcbench.errors import XmcbenchError
 
 
 @handle_errors
@@ -32,6 +33,8 @@ def smoke(
     """Run every smoke recipe (synthetic data, CPU, minutes) and check each one's quality floors."""
     from xmcbench.run.smoke import run_smoke
 
+    if jobs < 1:
+        raise XmcbenchError("--jobs must be at least 1")
     if jobs > 1:
         from xmcbench.cli.sweep import _Display
         from xmcbench.sweep.smoke import run_smoke_together

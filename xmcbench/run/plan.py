@@ -233,8 +233,8 @@ def plan_recipe(
     label_seq = int(recipe.encoder.label_max_length or seq)
     batch = int(recipe.training.batch_size)
     notes = [f"encoder size from its {'config' if enc.source == 'config' else 'known-size table (Hub id, offline)'}"]
-    regime = params.get("regime", "all_negatives" if method == "dexml" else None)
     config = _method_config(recipe)
+    regime = (getattr(config, "regime", None) or params.get("regime")) if method == "dexml" else None
 
     memory: dict[str, float] = {}
     memory["model + grads + AdamW (fp32)"] = 16 * enc.params / GB
@@ -250,7 +250,10 @@ def plan_recipe(
         chunk = int(params.get("gradcache_chunk", 1024))
         # The query graph (this GPU's share of the batch) lives through the loss; the label chunks
         # are re-embedded with a graph one at a time after it (gradient cache).
-        memory["activations: max(query batch, label chunk), bf16"] = max(batch / g, chunk) * seq * per_token / GB
+        label_chunk_tokens = min(chunk, shard) * label_seq
+        memory["activations: max(query batch, label chunk), bf16"] = (
+            max(batch / g * seq, label_chunk_tokens) * per_token / GB
+        )
         memory["label embedding shard + grads (fp32)"] = 2 * shard * h * 4 / GB
         memory["logits + loss tensors (batch x shard, fp32)"] = LOGIT_TENSORS * batch * shard * 4 / GB
         # tokens through the encoder: queries forward + backward (x3); labels forward without a

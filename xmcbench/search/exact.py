@@ -35,7 +35,9 @@ the unit roundoff of the bf16 output (2^-8; a float32 output would drop it, but 
 scores is faster: 9.0 vs 13.4 ms for 10k x 100k on an H200) and the 2 d 2^-24 terms the float32
 accumulation of the product and of the rescore (Cauchy-Schwarz bounds the rest). A query that
 fails the test (near-ties at the cut, rare with real embeddings) is searched again in float32
-over that block. The result is the float32 top-k of every query.
+over that block. The result is the float32 top-k of every query: its scores come from a float32
+rescore whose sums run in another order than the full float32 product's, so a near-tie within
+float32 rounding may go either way (as it may between two float32 products).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def exact_topk(
             exclude = None
     if n == 0 or k == 0:
         return sp.csr_matrix((n, n_labels), dtype=np.float32)
-    backend = resolve_backend(backend, device)
+    backend = "torch" if backend == "auto" and matmul == "bf16" else resolve_backend(backend, device)
     if matmul not in ("auto", "fp32", "bf16"):
         raise XmcbenchError(f"unknown matmul precision {matmul!r}; use 'auto', 'fp32' or 'bf16'")
     if candidates is not None and (not isinstance(candidates, (int, np.integer)) or candidates < k):
@@ -276,9 +278,12 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude,
         else None
     )
     budget = _GPU_BUDGET if device.type == "cuda" else _CPU_BUDGET
+    per_query = label_block
     if half is not None:
         budget *= 2  # bf16 score blocks: twice the cells in the same memory, half the chunks
-    chunk = int(chunk_size or max(1, budget // label_block))
+        m = min(candidates or _default_candidates(k, label_block), label_block)
+        per_query = max(label_block, 2 * m * keys.shape[1])  # the rescore gathers (B, m, d) float32
+    chunk = int(chunk_size or max(1, budget // per_query))
     out_values = np.empty((n, k), dtype=np.float32)
     out_labels = np.empty((n, k), dtype=np.int64)
     buffer = None
@@ -327,13 +332,18 @@ def _default_candidates(k: int, width: int) -> int:
 
 
 def _check_queries(queries) -> None:
-    """One NaN check for all queries (a check per chunk waits for the device each time)."""
+    """One NaN check for all queries, in blocks of rows (a check per search chunk waits for the
+    device each time; one over the whole array would hold an (n, d) mask)."""
     import torch
 
-    bad = torch.isnan(queries).any(dim=1) if isinstance(queries, torch.Tensor) else np.isnan(queries).any(axis=1)
-    if bad.any():
-        row = int(bad.nonzero()[0][0]) if not isinstance(bad, torch.Tensor) else int(bad.nonzero()[0, 0])
-        raise XmcbenchError(f"query embeddings contain NaN (row {row}); check the encoder output")
+    n, d = queries.shape
+    step = max(1, (1 << 24) // max(d, 1))
+    for start in range(0, n, step):
+        block = queries[start : start + step]
+        bad = torch.isnan(block).any(dim=1) if isinstance(block, torch.Tensor) else np.isnan(block).any(axis=1)
+        if bad.any():
+            row = start + (int(bad.nonzero()[0, 0]) if isinstance(bad, torch.Tensor) else int(bad.nonzero()[0][0]))
+            raise XmcbenchError(f"query embeddings contain NaN (row {row}); check the encoder output")
 
 
 def _mask(scores, excluded, lo: int, hi: int) -> None:
@@ -351,19 +361,23 @@ def _mask(scores, excluded, lo: int, hi: int) -> None:
 
 
 class _Fp32Reductions:
-    """cuBLAS may reduce a bf16 product's split-K partial sums in bf16 unless told not to: the
-    error bound assumes float32 accumulation throughout, so that is switched off for the search."""
+    """cuBLAS may reduce a bf16 product's split-K partial sums in bf16, and run float32 products in
+    TF32 when a caller allowed it: the error bound assumes float32 arithmetic for the accumulation,
+    the rescore and the redo, so both are switched off for the search."""
 
     def __enter__(self):
         import torch
 
-        self.flag = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        matmul = torch.backends.cuda.matmul
+        self.flags = (matmul.allow_bf16_reduced_precision_reduction, matmul.allow_tf32)
+        matmul.allow_bf16_reduced_precision_reduction = False
+        matmul.allow_tf32 = False
 
     def __exit__(self, *exc):
         import torch
 
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = self.flag
+        matmul = torch.backends.cuda.matmul
+        matmul.allow_bf16_reduced_precision_reduction, matmul.allow_tf32 = self.flags
 
 
 class _Bf16Queries:
@@ -387,13 +401,11 @@ class _Bf16Keys:
         self.keys = keys  # (L, d) float32, for the rescore
         self.half = keys.to(torch.bfloat16)  # (L, d)
         self.d = keys.shape[1]
-        rounded = self.half.float()
-        norms = torch.linalg.vector_norm(rounded, dim=1)  # (L,)
-        errs = torch.linalg.vector_norm(keys - rounded, dim=1)  # (L,)
         self.block_norm, self.block_err = {}, {}
-        for lo in range(0, keys.shape[0], label_block):
-            self.block_norm[lo] = float(norms[lo : lo + label_block].max())
-            self.block_err[lo] = float(errs[lo : lo + label_block].max())
+        for lo in range(0, keys.shape[0], label_block):  # float32 temporaries one block at a time
+            rounded = self.half[lo : lo + label_block].float()  # (C, d)
+            self.block_norm[lo] = float(torch.linalg.vector_norm(rounded, dim=1).max())
+            self.block_err[lo] = float(torch.linalg.vector_norm(keys[lo : lo + label_block] - rounded, dim=1).max())
 
     def block_topk(self, q, q_half: _Bf16Queries, scores, lo: int, hi: int, k: int, excluded, m: int, stats):
         """Top-k of the block [lo, hi) by float32 scores, from bf16 candidates; ``scores`` is the
@@ -429,15 +441,18 @@ class _Bf16Keys:
             return values, columns
         redo = (~safe).nonzero().squeeze(1)  # near-ties at the cut: this block again in float32
         stats["rows_redone"] += int(redo.numel())
-        exact = torch.mm(q[redo], keys.T)  # (r, C)
-        rows = excluded
-        if excluded is not None:
-            local = torch.full((q.shape[0],), -1, dtype=torch.long)
-            local[redo.cpu()] = torch.arange(redo.numel())
-            keep = local[torch.as_tensor(excluded[0])].numpy()
-            rows = (keep[keep >= 0], excluded[1][keep >= 0])
-        _mask(exact, rows, lo, hi)
-        values[redo], columns[redo] = _block_topk(exact, k)
+        step = max(1, scores.numel() // (2 * width))  # float32 rows in the bf16 buffer's bytes
+        for s in range(0, redo.numel(), step):
+            part = redo[s : s + step]
+            exact = torch.mm(q[part], keys.T)  # (r, C)
+            rows = excluded
+            if excluded is not None:  # the exclusions of these rows, numbered as rows of ``exact``
+                local = torch.full((q.shape[0],), -1, dtype=torch.long)
+                local[part.cpu()] = torch.arange(part.numel())
+                keep = local[torch.as_tensor(excluded[0])].numpy()
+                rows = (keep[keep >= 0], excluded[1][keep >= 0])
+            _mask(exact, rows, lo, hi)
+            values[part], columns[part] = _block_topk(exact, k)
         return values, columns
 
 
