@@ -230,13 +230,16 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
 
 
 def _plan(recipe) -> dict:
-    """``xmcbench plan``'s estimate for this recipe on this GPU (its memory from torch)."""
+    """``xmcbench plan``'s estimate for this recipe on this GPU (the plan's device of the same family,
+    H200 when none matches; the memory from torch)."""
     import torch
 
-    from xmcbench.run.plan import plan_recipe
+    from xmcbench.run.plan import DEVICES, plan_recipe
 
-    memory_gb = torch.cuda.get_device_properties(0).total_memory / 1e9 if torch.cuda.is_available() else 141.0
-    p = plan_recipe(recipe, gpu="H200-141GB", num_gpus=1, gpu_mem_gb=memory_gb)
+    words = set(re.split(r"[^A-Za-z0-9]+", torch.cuda.get_device_name()))  # "NVIDIA A100-SXM4-80GB"
+    gpu = next((d for d in DEVICES if d.split("-")[0] in words), "H200-141GB")
+    memory_gb = torch.cuda.get_device_properties(0).total_memory / 1e9
+    p = plan_recipe(recipe, gpu=gpu, num_gpus=1, gpu_mem_gb=memory_gb)
     return {"plan_gb": p.per_device_gb, "plan_step_s": p.step_s, "plan_memory_gb": p.memory_gb}
 
 

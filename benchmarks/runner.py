@@ -104,6 +104,13 @@ def machine() -> dict:
     }
 
 
+def _child_env() -> dict[str, str]:
+    """The environment of a benchmark script run as a child: this checkout first on the path."""
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    )
+
+
 def best_of(fn, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -368,7 +375,7 @@ def _search_gpu_shape(n: int, n_labels: int, d: int, repeat: int, device: str = 
     keys = torch.randn(n_labels, d, device=device, generator=g)
     name = torch.cuda.get_device_name() if device == "cuda" else device
     work = f"exact top-100, {n:,} queries x {n_labels:,} labels x {d}-d, GPU ({name})"
-    chunk = max(1, (1 << 28) // n_labels)  # the search's own block size on CUDA
+    chunk = max(1, (1 << 28) // n_labels)  # the float32 search's block size on CUDA
     buffer = torch.empty(chunk * n_labels, device=device)
     half_buffer = torch.empty(chunk * n_labels, device=device, dtype=torch.bfloat16)
     qh, kh = q.bfloat16(), keys.bfloat16()
@@ -442,9 +449,7 @@ def _search_gpu_shape(n: int, n_labels: int, d: int, repeat: int, device: str = 
 def bench_prepare(cfg, folder: Path | None) -> list[dict]:
     folder = folder or Path(tempfile.gettempdir()) / f"xmcbench-bench-prepare-{cfg['prepare_scale']}"
     script = Path(__file__).with_name("bench_prepare.py")
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
-    )
+    env = _child_env()
     done = subprocess.run(
         [sys.executable, str(script), "--dir", str(folder), "--scale", str(cfg["prepare_scale"])],
         check=True,
@@ -490,9 +495,7 @@ def _train_steps(cfg, precision: str) -> dict:
     command += ["--quick"] if t.get("encoder", "tiny") == "tiny" else ["--encoder", t["encoder"]]
     if t.get("methods"):
         command += ["--methods", ",".join(t["methods"])]
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
-    )
+    env = _child_env()
     done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
     return json.loads(done.stdout[done.stdout.index("{") :])
 
@@ -591,9 +594,7 @@ def bench_train_gpu(cfg, tokenizer: str) -> list[dict]:
     ``xmcbench plan``'s estimates for the same recipe beside them (``benchmarks/bench_train.py``)."""
     t = cfg["train_gpu"]
     script = Path(__file__).with_name("bench_train.py")
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
-    )
+    env = _child_env()
     rows = []
     for n_labels in t["labels"]:
         methods = [m for m in t["methods"] if m not in t.get("skip", {}).get(n_labels, [])]

@@ -342,7 +342,7 @@ def _check_queries(queries) -> None:
         block = queries[start : start + step]
         bad = torch.isnan(block).any(dim=1) if isinstance(block, torch.Tensor) else np.isnan(block).any(axis=1)
         if bad.any():
-            row = start + (int(bad.nonzero()[0, 0]) if isinstance(bad, torch.Tensor) else int(bad.nonzero()[0][0]))
+            row = start + int(bad.nonzero()[0][0])  # numpy: (indices,); torch: (r, 1) indices
             raise XmcbenchError(f"query embeddings contain NaN (row {row}); check the encoder output")
 
 
