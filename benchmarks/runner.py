@@ -477,12 +477,18 @@ def bench_prepare(cfg, folder: Path | None) -> list[dict]:
                 f"prepare peak RSS {r['prepare_peak_gb']:.2f} GB; CPU seconds (all threads): prepare "
                 f"{r['prepare_cpu_s']:.2f}, zlib {r['decompress_zlib_cpu_s']:.2f} "
                 f"(x{r['prepare_cpu_s'] / r['decompress_zlib_cpu_s']:.1f}: what the ratio tends to on a busy machine)"
+                + (
+                    f"; prepare inflates with ISA-L: {r['decompress_isal_s']:.2f} s"
+                    if r.get("decompress_isal_s") is not None
+                    else "; isal not installed: prepare inflates with zlib"
+                )
             ),
             peak_gb=r["prepare_peak_gb"],
             prepare_cpu_s=r["prepare_cpu_s"],
             zlib_cpu_s=r["decompress_zlib_cpu_s"],
             zlib_s=r["decompress_zlib_s"],
             gzip_s=r["decompress_gzip_cli_s"],
+            isal_s=r.get("decompress_isal_s"),
         )
     ]
 

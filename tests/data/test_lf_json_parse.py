@@ -222,3 +222,82 @@ def test_error_in_a_later_block_names_its_line(tmp_path, monkeypatch):
     with pytest.raises(DataFormatError) as fast:
         list(lf_json.read_columns(path, text="title", n_labels=5, targets=True, what="x", progress=False))
     assert str(fast.value) == str(slow.value) and fast.value.line == 34
+
+
+def _records(rels, inds=None):
+    inds = inds if inds is not None else [[i, i + 1][: len(r)] if r else [] for i, r in enumerate(rels)]
+    return [
+        {"uid": str(i), "title": f"t{i}", "target_ind": ind, "target_rel": rel}
+        for i, (ind, rel) in enumerate(zip(inds, rels))
+    ]
+
+
+@pytest.mark.parametrize("dumps", [{"separators": (",", ":")}, {}], ids=["compact", "spaced"])
+@pytest.mark.parametrize(
+    "rels",
+    [
+        [[1.0, 1.0], [1.0], [], [1.0, 1.0, 1.0]],  # XC's shape, with an empty list
+        [[1.0], [1.0, 1.0]],  # the separator is read off a later, longer list
+        [[], [], [1]],  # integers repeat too
+        [[0.5, 0.5], [0.5]],
+    ],
+)
+def test_lists_repeating_one_number_take_the_row_check(rels, dumps, monkeypatch):
+    """Accepted by the row check (``_repeats_one_number``), with the general reader's columns."""
+    from xmcbench.data.formats import lf_json_columns
+
+    block = _lines(_records(rels), **dumps)
+    seen = []
+    check = lf_json_columns._repeats_one_number
+    monkeypatch.setattr(lf_json_columns, "_repeats_one_number", lambda *a: seen.append(check(*a)) or seen[-1])
+    _same(parse_block(block, n_labels=10), _general(block, "title"))
+    assert seen == [True]
+
+
+@pytest.mark.parametrize(
+    "rels",
+    [
+        [[1.0, 2.0], [1.0]],  # two numbers
+        [[1.0], [1.0, 1.00]],
+        [[1.0, 1.0], [1.0]],  # and the next line spaced differently (below)
+    ],
+)
+def test_lists_not_repeating_one_number_are_checked_item_by_item(rels, monkeypatch):
+    from xmcbench.data.formats import lf_json_columns
+
+    lines = _lines(_records(rels), separators=(",", ":")) + b"\n" + _lines(_records(rels))  # compact, then spaced
+    seen = []
+    check = lf_json_columns._repeats_one_number
+    monkeypatch.setattr(lf_json_columns, "_repeats_one_number", lambda *a: seen.append(check(*a)) or seen[-1])
+    _same(parse_block(lines, n_labels=10), _general(lines, "title"))
+    assert seen == [False]
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["[1.0,,1.0]", "[1.0, 1.0, ]", "[1.0 1.0]", "[1.0,  1.0]", "[01.0,01.0]", "[1.0,1.0,]", "[,1.0]", "[1.0,1.0"],
+)
+def test_malformed_repeats_are_declined(rel):
+    good = '{"uid":"1","title":"t","target_ind":[1,2],"target_rel":[1.0,1.0]}'
+    bad = good.replace("[1.0,1.0]", rel)
+    assert parse_block(f"{good}\n{bad}\n{good}".encode(), n_labels=5) is None
+    assert parse_block(f"{bad}\n{good}".encode(), n_labels=5) is None
+
+
+def test_target_rel_before_target_ind():
+    records = [{"uid": str(i), "title": "t", "target_rel": [1.0] * i, "target_ind": list(range(i))} for i in range(4)]
+    for dumps in ({"separators": (",", ":")}, {}):
+        block = _lines(records, **dumps)
+        _same(parse_block(block, n_labels=10), _general(block, "title"))
+
+
+def test_label_indices_of_every_width():
+    """1 to 8 digits are read a word at a time, 9 and 10 digit by digit: both as the general reader."""
+    widths = [0, 7, 10, 99, 100, 4321, 65536, 999999, 1234567, 99999999, 10000000, 123456789, 2147483647]
+    records = [
+        {"title": "t", "target_ind": widths[i:] + widths[:i], "target_rel": [1.0] * len(widths)} for i in range(5)
+    ]
+    block = _lines(records, separators=(",", ":"))
+    _same(parse_block(block), _general(block, "title"))
+    block = _lines([{"title": "t", "target_ind": widths[:10]}] * 3)  # all within 8 digits
+    _same(parse_block(block), _general(block, "title"))

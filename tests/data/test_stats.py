@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from xmcbench.data import stats
 from xmcbench.data.stats import HEAD, TAIL, TORSO, dataset_stats, label_frequency_groups, stats_rows
 
 
@@ -60,3 +61,14 @@ def test_rows_for_display():
     rows = dict(stats_rows(dataset_stats(train, train, np.ones(1), np.ones(1), np.ones(2))))
     assert rows["train queries"] == "1" and rows["train avg labels / query"] == "2.00"
     assert rows["head labels (>100 train positives)"] == "0" and rows["tail labels (<=10)"] == "2"
+
+
+def test_label_counts_across_chunks(monkeypatch):
+    rng = np.random.default_rng(0)
+    labels = sp.random(500, 40, density=0.2, format="csr", random_state=rng)
+    expected = np.bincount(labels.indices, minlength=40)
+    for chunk in (1, 7, 1 << 22):
+        monkeypatch.setattr(stats, "_COUNT_CHUNK", chunk)
+        counts = stats.label_counts(labels, 40)
+        assert counts.dtype == np.int64 and counts.tolist() == expected.tolist()
+    assert stats.label_counts(sp.csr_matrix((3, 5)), 5).tolist() == [0] * 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -158,13 +159,31 @@ def test_blank_lines_at_chunk_boundaries(tmp_path, monkeypatch, compress):
     assert info.value.line == 2
 
 
-def test_concatenated_gzip_members(tmp_path):
+@pytest.fixture(params=["isal", "zlib"])
+def inflate(request, monkeypatch):
+    """Both decompressors: ISA-L when installed (the default), and zlib, the fallback without it."""
+    if request.param == "isal":
+        isal_zlib = pytest.importorskip("isal.isal_zlib")
+        monkeypatch.setattr(jsonl, "inflate", isal_zlib)
+    else:
+        monkeypatch.setattr(jsonl, "inflate", zlib)
+    return request.param
+
+
+def test_both_decompressors_give_the_same_bytes(tmp_path, inflate):
+    path = tmp_path / "trn.json.gz"
+    lines = [_line(uid=str(i), title="t" * (i % 97)) for i in range(20000)]
+    _write_raw(path, lines)
+    assert b"".join(jsonl.RawReader(path)) == "".join(line + "\n" for line in lines).encode()
+
+
+def test_concatenated_gzip_members(tmp_path, inflate):
     path = tmp_path / "trn.json.gz"
     path.write_bytes(gzip.compress((_line(uid="a") + "\n").encode()) + gzip.compress((_line(uid="b") + "\n").encode()))
     assert [r["uid"] for r in iter_records(path)] == ["a", "b"]
 
 
-def test_truncated_and_corrupt_gzip(tmp_path):
+def test_truncated_and_corrupt_gzip(tmp_path, inflate):
     path = tmp_path / "trn.json.gz"
     data = gzip.compress("".join(_line(uid=str(i)) + "\n" for i in range(2000)).encode())
     path.write_bytes(data[: len(data) // 2])

@@ -52,6 +52,11 @@ except ImportError:  # pragma: no cover - exercised only where orjson is missing
     orjson = None
     _loads = json.loads
 
+try:  # ISA-L's inflate gives the same bytes about twice as fast as zlib's; zlib is the fallback.
+    from isal import isal_zlib as inflate
+except ImportError:  # pragma: no cover - exercised only where isal is missing
+    inflate = zlib
+
 GZIP_MAGIC = b"\x1f\x8b"
 _READ_SIZE = 4 << 20  # compressed bytes per read in the reader thread
 _CHUNK_BYTES = 8 << 20  # decompressed bytes parsed per chunk
@@ -103,7 +108,7 @@ def unescape_texts(texts: list[str]) -> list[str]:
 class RawReader:
     """Iterate the decompressed bytes of a (possibly gzipped) file in blocks.
 
-    Reading and zlib decompression run in a background thread (zlib releases the GIL),
+    Reading and decompression (ISA-L, or zlib) run in a background thread (both release the GIL),
     overlapping with parsing in the caller. ``bytes_read`` counts the raw bytes read so far, out
     of ``size`` (for progress bars).
     """
@@ -149,7 +154,7 @@ class RawReader:
             with open(self.path, "rb") as f:
                 head = f.read(2)
                 f.seek(0)
-                gz = zlib.decompressobj(wbits=31) if head == GZIP_MAGIC else None
+                gz = inflate.decompressobj(wbits=31) if head == GZIP_MAGIC else None
                 while True:
                     raw = f.read(_READ_SIZE)
                     if not raw:
@@ -161,7 +166,7 @@ class RawReader:
                         out = gz.decompress(raw)
                         while gz.eof and gz.unused_data:  # concatenated gzip members
                             rest = gz.unused_data
-                            gz = zlib.decompressobj(wbits=31)
+                            gz = inflate.decompressobj(wbits=31)
                             out += gz.decompress(rest)
                     if out and not put(out):
                         return
@@ -170,7 +175,7 @@ class RawReader:
                         self.path, None, "gzip data ends early (the file is truncated); download it again"
                     )
             put(None)
-        except zlib.error as exc:
+        except (zlib.error, inflate.error) as exc:
             put(DataFormatError(self.path, None, f"corrupt gzip data ({exc}); download the file again"))
         except BaseException as exc:  # handed to the consumer, which re-raises it
             put(exc)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,8 +132,10 @@ def parse_block(
         return None
 
     counts = indices = None
-    if regions:  # all lists at once, in file order
-        keys = list(regions)
+    # lists that repeat one number (XC's target_rel: "1.0, 1.0, ...") are checked row-wise; the
+    # others all at once, in file order, item by item
+    keys = [k for k in regions if not (_LIST_KEYS[k] == "number" and _repeats_one_number(a, *regions[k]))]
+    if keys:
         integers = np.array([_LIST_KEYS[k] == "int" for k in keys])
         parsed = _number_lists(
             a, np.stack([regions[k][0] for k in keys], 1), np.stack([regions[k][1] for k in keys], 1), integers
@@ -218,9 +221,21 @@ def _separator(a: np.ndarray, before: np.ndarray, after: np.ndarray, char: int) 
 
 
 def _key_is(a: np.ndarray, k_open: np.ndarray, k_close: np.ndarray, key: bytes) -> bool:
+    """Whether every line's key between quotes ``k_open`` and ``k_close`` is ``key``, 8 bytes per compare."""
     if not (k_close - k_open - 1 == len(key)).all():
         return False
-    return bool((a[k_open[:, None] + 1 + np.arange(len(key))] == np.frombuffer(key, np.uint8)).all())
+    words = _words(a)
+    for start in range(0, len(key), 8):
+        part = key[start : start + 8]
+        mask = np.uint64((1 << (8 * len(part))) - 1)  # bytes past the key (a ':' or the padding) ignored
+        if not ((words[k_open + 1 + start] & mask) == np.uint64(int.from_bytes(part, "little"))).all():
+            return False
+    return True
+
+
+def _words(a: np.ndarray) -> np.ndarray:
+    """``words[i]`` = the 8 bytes ``a[i : i + 8]`` as a little-endian integer (a view, no copy)."""
+    return np.ndarray(shape=(a.size - 7,), dtype="<u8", buffer=a, strides=(1,))
 
 
 def _gather(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -312,16 +327,73 @@ def _number_lists(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, integers: np.nd
             return None
     counts = (per_list_items - (lengths == 0)).reshape(shape).astype(np.int64)
     keep = of_int_list & item
-    ends, widths = sep[keep], widths[keep]
+    if not keep.all():  # all kept: XC's target_ind alone, no empty list
+        ends, widths = sep[keep], widths[keep]
+    else:
+        ends = sep
     if widths.size and widths.max() > 18:
         return None
     # integer values, digit by digit from the right end of each item (items are a few digits long)
     values = np.zeros(ends.size, dtype=np.int64)
+    if widths.size and widths.max() <= 8:
+        return counts, _eight_digit_values(sub, ends, widths)
     shortest = int(widths.min()) if widths.size else 0
     for j in range(int(widths.max()) if widths.size else 0):
         digit = sub[ends - 1 - j].astype(np.int64) - 48  # past an item's first digit: masked out below
         values += (digit if j < shortest else np.where(widths > j, digit, 0)) * _POW10[j]
     return counts, values
+
+
+_NUMBER = re.compile(rb"(0|[1-9][0-9]*)(\.[0-9]+)?")
+
+
+def _repeats_one_number(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether every list ``a[lo:hi]`` (its ']' at ``a[hi]``) is empty or repeats one plain number.
+
+    The number and the separator (',' or ', ') are read off the first list that shows them. A list
+    of c items then spans c * period - len(separator) bytes; with the separator's length of bytes
+    after it, each list is whole rows of ``period`` bytes. The bytes in a last row's separator place
+    (']', then '}' or ',') were checked by the layout, so they are overwritten with the separator
+    and all rows compared to the repeated number at once.
+    """
+    lengths = hi - lo
+    filled = np.flatnonzero(lengths)
+    if not filled.size:
+        return True
+    first = a[lo[filled[0]] : hi[filled[0]]].tobytes()
+    token = first.split(b",")[0]
+    if not _NUMBER.fullmatch(token):
+        return False
+    longer = filled[lengths[filled] > len(token)]
+    sep = b","
+    if longer.size and a[lo[longer[0]] + len(token) + 1] == 32:
+        sep = b", "
+    period = len(token) + len(sep)
+    spans = lengths[filled] + len(sep)
+    if (spans % period).any():
+        return False
+    rows = _gather(a, lo[filled], lo[filled] + spans).reshape(-1, period)
+    rows[np.cumsum(spans // period) - 1, len(token) :] = np.frombuffer(sep, np.uint8)  # each list's ']'...
+    return rows.tobytes() == (token + sep) * len(rows)  # one memcmp
+
+
+_ASCII_DIGITS = np.uint64(0x0F0F0F0F0F0F0F0F)
+
+
+def _eight_digit_values(sub: np.ndarray, ends: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Values of the checked digit runs ``sub[ends - widths : ends]`` (widths 1..8), 8 digits per step.
+
+    Each run's 8 bytes ending at its end are read as one little-endian word; the bytes before the
+    run are zeroed (leading zeros) and three multiply-shift steps fold digit pairs, then quads, then
+    the eight (the first digit sits in the lowest byte, so each step weights the lower half by 10^k).
+    """
+    w = _words(np.concatenate((np.zeros(8, dtype=np.uint8), sub)))[ends]  # the 8 bytes before each end
+    drop = (8 * (8 - widths)).astype(np.uint64)
+    w = (w >> drop << drop) & _ASCII_DIGITS  # (items,) one digit per byte
+    w = (w * np.uint64(10 * 256 + 1)) >> np.uint64(8)
+    w = ((w & np.uint64(0x00FF00FF00FF00FF)) * np.uint64(100 * 65536 + 1)) >> np.uint64(16)
+    w = ((w & np.uint64(0x0000FFFF0000FFFF)) * np.uint64(10000 * (1 << 32) + 1)) >> np.uint64(32)
+    return w.astype(np.int64)
 
 
 def _field(buffer: bytes, a: np.ndarray, spans, n: int, marks, unescape: bool) -> EncodedTexts | None:
