@@ -120,13 +120,13 @@ def test_one_positive_counts_exactly_the_positive_placed_in_the_pool(tiny_recipe
     assert np.diff(labels[rows].indptr).max() > 1  # several positives per query: the draw matters
     shortlist = np.random.default_rng(0).integers(0, task.n_labels, size=(rows.size, 10))
     seen = {}
-    real = DexmlMethod._scores_loss
+    real = DexmlMethod._sharded_loss  # the decoupled softmax's blockwise loss, in one process too
 
-    def spy(self, scores, targets, counted):
+    def spy(self, q, z, targets, counted):
         seen.update(targets=targets, counted=counted)
-        return real(self, scores, targets, counted)
+        return real(self, q, z, targets, counted)
 
-    monkeypatch.setattr(DexmlMethod, "_scores_loss", spy)
+    monkeypatch.setattr(DexmlMethod, "_sharded_loss", spy)
     for step in range(3):
         batch = np.arange(32 * step, 32 * (step + 1))
         _, pool = method._hard_negative_step(

@@ -137,6 +137,56 @@ def test_sharded_loss_in_one_process_is_the_decoupled_softmax(index):
     torch.testing.assert_close(labels.grad, ref_l, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("block", [1, 2, 5, 10_000])
+@pytest.mark.parametrize("index", range(len(dist_worker.sharded_loss_cases())))
+def test_label_blocks_do_not_change_the_loss_or_its_gradients(index, block):
+    """In float64 every block size gives the plain expression's value and gradients to 1e-12."""
+    case = {
+        k: v.double() if v.is_floating_point() else v
+        for k, v in dist_worker.sharded_loss_cases()[index].items()
+        if torch.is_tensor(v)
+    }
+    case["temperature"] = dist_worker.sharded_loss_cases()[index]["temperature"]
+    ref_loss, ref_q, ref_l = _single_process_reference(case)
+    queries = case["queries"].clone().requires_grad_(True)
+    labels = case["labels"].clone().requires_grad_(True)
+    loss = sharded_decoupled_softmax_loss(
+        queries, labels, case["targets"], case["temperature"], counted_shard=case.get("counted"), block=block
+    )
+    loss.backward()
+    assert loss.dtype == torch.float64
+    torch.testing.assert_close(loss, ref_loss, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(queries.grad, ref_q, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(labels.grad, ref_l, atol=1e-12, rtol=1e-10)
+
+
+def test_sharded_loss_gradients_match_finite_differences():
+    gen = torch.Generator().manual_seed(3)
+    queries = torch.randn(4, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    labels = torch.randn(7, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    targets = torch.rand(4, 7, generator=gen) < 0.4
+    targets[0] = False
+    targets[1, :] = True
+    targets[2, 0] = True
+    counted = targets & (torch.rand(4, 7, generator=gen) < 0.7)
+    for kwargs in ({}, {"counted_shard": counted}):
+        assert torch.autograd.gradcheck(
+            lambda q, z, kw=kwargs: sharded_decoupled_softmax_loss(q, z, targets, 0.3, block=3, **kw),
+            (queries, labels),
+        )
+
+
+def test_half_precision_embeddings_are_scored_in_float32():
+    case = dist_worker.sharded_loss_cases()[0]
+    queries = case["queries"].bfloat16().requires_grad_(True)
+    labels = case["labels"].bfloat16().requires_grad_(True)
+    loss = sharded_decoupled_softmax_loss(queries, labels, case["targets"], case["temperature"], block=4)
+    loss.backward()
+    assert loss.dtype == torch.float32 and queries.grad.dtype == torch.bfloat16
+    expected = sharded_decoupled_softmax_loss(queries.float(), labels.float(), case["targets"], case["temperature"])
+    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
+
+
 def test_sharded_loss_agrees_with_the_losses_package():
     """A second, independently written implementation (xmcbench.losses) gives the same values."""
     losses = pytest.importorskip("xmcbench.losses.decoupled_softmax")
@@ -163,6 +213,8 @@ def test_sharded_loss_edge_cases():
         )
     with pytest.raises(XmcbenchError, match="temperature"):
         sharded_decoupled_softmax_loss(q, labels, torch.zeros(2, 4, dtype=torch.bool), 0.0)
+    with pytest.raises(XmcbenchError, match="block must be >= 1 label"):
+        sharded_decoupled_softmax_loss(q, labels, torch.zeros(2, 4, dtype=torch.bool), 0.1, block=0)
 
 
 @pytest.mark.slow

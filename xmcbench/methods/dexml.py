@@ -321,9 +321,12 @@ class DexmlMethod:
             with autocast(ctx.device, ctx.precision):
                 q = de.embed(self.encoder, tokens.queries, batch_rows, ctx.device)  # (B, d)
                 z = de.embed(self.encoder, tokens.labels, pool.labels, ctx.device)  # (P, d)
-            scores = (q.float() @ z.float().T) / c.temperature  # (B, P)
             counted = None if counted_slots is None else slots_mask(counted_slots, range(pool.size))
-            loss = self._scores_loss(scores, targets, counted)
+            if c.loss == "decoupled_softmax":  # in label blocks: no (B, P) float matrix kept for backward
+                loss = self._sharded_loss(q, z, targets, counted)
+            else:
+                scores = (q.float() @ z.float().T) / c.temperature  # (B, P)
+                loss = self._scores_loss(scores, targets, counted)
         else:
             shard = shard_range(pool.size, rank, world)
             local_rows = np.array_split(batch_rows, world)[rank]
@@ -409,7 +412,7 @@ class DexmlMethod:
             counted = _sampled_positive_mask(
                 labels, batch_rows, np.arange(shard.start, shard.stop), 1, seed, epoch, step, "one-positive"
             ).to(ctx.device)  # (B, L_r)
-        if world > 1:
+        if world > 1 or c.loss == "decoupled_softmax":  # the sharded loss works in label blocks
             label_emb = cached.embeddings if cached else q.new_zeros((0, self.encoder.dim), requires_grad=True)
             targets = de.dense_targets(labels, batch_rows, shard, ctx.device)  # (B, L_r)
             loss = self._sharded_loss(q, label_emb, targets, counted)

@@ -19,16 +19,21 @@ embedded with a graph at once + the method's label-side tensors + a 10% allocato
 
 * DEXML all negatives: the larger of this GPU's share of the query batch and one gradient-cache
   chunk of labels; this device's shard of the label embeddings with their cached gradients; and
-  ~12 float32 (global batch x label shard) tensors of the loss (measured on one GPU, where the loss
-  is not sharded; the sharded loss is assumed to keep as many per shard);
+  the loss: with the decoupled softmax, computed in label blocks
+  (``xmcbench.train.sharded_decoupled_softmax``), the bool (global batch x label shard) targets
+  (and counted-positive) masks, 1 byte a cell each, and ~3 float32 score blocks; with SoftTop-k,
+  ~12 float32 (batch x label shard) tensors (measured on one GPU);
 * sampled pools (DEXML hard negatives, UniDEC, PRIME, ...): the batch's queries and its pool of
   positives and negatives (counted with duplicates: an upper bound), and the (batch x pool) loss
-  tensors; UniDEC also its classifier table with AdamW state.
+  tensors (DEXML's decoupled softmax: masks and blocks, as above); UniDEC also its classifier
+  table with AdamW state.
 
 Step time = the step's FLOPs / (device peak x an assumed utilisation of 40%). Checked against the
 peaks recorded on an H200 (``benchmarks/results/train-gpu-h200.json``, ``tests/run/test_plan.py``):
 the memory estimate is within -10% / +70% of them (the pools' duplicates make it high); step time
-is a rough guide (the recorded steps took 1.2-2.0x the estimate).
+is a rough guide (the recorded steps took 1.2-2.0x the estimate). The DEXML rows there were recorded
+before the blockwise loss; its own memory is checked against CPU measurements
+(``benchmarks/results/dexml-loss-cpu.json``) until a GPU records them again.
 """
 
 from __future__ import annotations
@@ -47,6 +52,19 @@ GB = 1e9
 # (batch x labels) in a decoupled-softmax step (scores, targets, softmax terms and their gradients).
 ACTIVATION_SCALE = 0.8
 LOGIT_TENSORS = 12
+# DEXML's decoupled softmax in label blocks (xmcbench.train.sharded_decoupled_softmax.BLOCK_CELLS)
+LOSS_BLOCK_CELLS = 1 << 24
+
+
+def blockwise_decoupled_softmax_gb(batch: int, labels: int, counted: bool) -> float:
+    """Memory of DEXML's blockwise decoupled softmax beyond the embeddings and their gradients:
+    the bool targets (and counted positives) over (batch x labels), and ~3 float32 score blocks
+    (the block, its product with the queries, allocator slack: measured on a CPU,
+    ``benchmarks/results/dexml-loss-cpu.json``)."""
+    masks = (2 if counted else 1) * batch * labels
+    blocks = 3 * min(LOSS_BLOCK_CELLS, batch * labels) * 4
+    return (masks + blocks) / GB
+
 
 # name -> (memory GB, dense bf16 peak TFLOPS)
 DEVICES: dict[str, tuple[float, float]] = {
@@ -185,6 +203,16 @@ def _method_config(recipe):
         return None
 
 
+def _blockwise(config, params: dict) -> bool:
+    """DEXML with the decoupled softmax (its default loss) runs the blockwise loss."""
+    return (getattr(config, "loss", None) or params.get("loss", "decoupled_softmax")) == "decoupled_softmax"
+
+
+def _counts_some(config, params: dict) -> bool:
+    """Whether a DEXML step also holds a counted-positives mask (one positive per row)."""
+    return bool(getattr(config, "one_positive", None) or params.get("one_positive", False))
+
+
 def _pool_size(method: str, config, batch: int, n_labels: int) -> int:
     """Labels embedded with a graph per step: each query's sampled positives and negatives
     (DEXML hard negatives: beta + m; UniDEC: capped by max_pool_size; PRIME: beta positives)."""
@@ -255,11 +283,16 @@ def plan_recipe(
             max(batch / g * seq, label_chunk_tokens) * per_token / GB
         )
         memory["label embedding shard + grads (fp32)"] = 2 * shard * h * 4 / GB
-        memory["logits + loss tensors (batch x shard, fp32)"] = LOGIT_TENSORS * batch * shard * 4 / GB
+        if _blockwise(config, params):
+            memory["loss: bool targets + score blocks (batch x shard)"] = blockwise_decoupled_softmax_gb(
+                batch, shard, _counts_some(config, params)
+            )
+        else:
+            memory["logits + loss tensors (batch x shard, fp32)"] = LOGIT_TENSORS * batch * shard * 4 / GB
         # tokens through the encoder: queries forward + backward (x3); labels forward without a
         # graph, again with one, and backward (x4), every label every step, across GPUs
         step_tokens = batch * seq * 3 + n_labels * label_seq * 4
-        logits_flops = 3 * 2 * batch * n_labels * h
+        logits_flops = (4 if _blockwise(config, params) else 3) * 2 * batch * n_labels * h  # + scores again
         notes.append("all-negatives: every label is re-encoded each step (gradient cache), labels sharded over GPUs")
     elif method in ("tfidf", "zero_shot"):
         memory = {"model (inference, fp32)": 4 * enc.params / GB, "label embeddings (fp32)": label_table}
@@ -267,7 +300,12 @@ def plan_recipe(
     else:
         pool = _pool_size(method, config, batch, n_labels)
         memory["activations (queries + pool labels), bf16"] = (batch * seq + pool * label_seq) / g * per_token / GB
-        memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * pool * 4 / g / GB
+        if method == "dexml" and _blockwise(config, params):
+            memory["pool loss: bool targets + score blocks (batch x pool)"] = blockwise_decoupled_softmax_gb(
+                batch, math.ceil(pool / g), _counts_some(config, params)
+            )
+        else:
+            memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * pool * 4 / g / GB
         step_tokens = (batch * seq + pool * label_seq) * 3
         notes.append(
             f"pool of {pool:,} labels a step (sampled positives + negatives, duplicates not removed: "

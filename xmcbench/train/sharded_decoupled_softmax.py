@@ -16,14 +16,32 @@ gradient of the full loss with respect to rank r's queries and label shard, so p
 gradients are to be SUMMED over ranks (``all_reduce_gradients(params, "sum")``), or, under DDP,
 which averages, the loss multiplied by the world size before ``backward()``.
 In a single process it is the plain (unsharded) decoupled softmax loss.
+
+Memory. The loss never holds a (B, L_r) float matrix whole: the scores are computed in blocks of
+labels, in the forward pass for an online log-sum-exp of the negatives and again in the backward
+pass, where each block's gradient is formed and multiplied straight into the query and label
+gradients. With g_ij = dℓ/ds_ij, a_ip = 1 / (|R| c_i) on the counted positives (c_i of them in
+row i, |R| rows with one) and σ_ip = sigmoid(N_i − s_ip), N_i = log Σ_{n ∉ P_i} e^{s_in}:
+
+    g_ip = −a_ip σ_ip (counted positives),  g_in = W_i e^{s_in − N_i} (negatives),
+    W_i = Σ_p a_ip σ_ip (summed over every rank's positives: one all-reduce of B numbers),
+
+and 0 at uncounted positives. Autograd through the plain expression kept about a dozen
+(B, L_r) float tensors alive at once (12 per cell on an H200 at 4096 x 100k labels, 44 GB); this
+keeps a (B, block) score block and its exponential, the bool targets, and the (L_r, d) label
+gradient, for one more (B, L_r, d) matmul (the scores are recomputed once).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.train.distributed import all_gather_with_grad, all_reduce_max, all_reduce_sum
+from xmcbench.losses.common import upcast
+from xmcbench.train.distributed import all_gather_with_grad, all_reduce_sum, is_distributed
+
+BLOCK_CELLS = 1 << 24  # scores per label block (B x block): 64 MB in float32
 
 
 def sharded_decoupled_softmax_loss(
@@ -32,6 +50,7 @@ def sharded_decoupled_softmax_loss(
     targets_shard: torch.Tensor,
     temperature: float = 1.0,
     counted_shard: torch.Tensor | None = None,
+    block: int | None = None,
 ) -> torch.Tensor:
     """Decoupled softmax loss of the global batch against all labels, labels sharded over ranks.
 
@@ -46,13 +65,17 @@ def sharded_decoupled_softmax_loss(
             per step (``xmcbench.losses.sample_one_positive`` on the global targets, same
             generator state on every rank, then sliced); every positive still stays out of the
             denominator, and rows average over their counted positives.
+        block: labels per score block (default: ``BLOCK_CELLS`` scores per block); any value
+            gives the same loss and gradients up to float rounding.
 
     Returns:
-        0-d fp32 tensor, identical on every rank: the loss over all B queries and all labels.
-        Zero (with zero gradients) when no row has a positive.
+        0-d tensor (float32, or float64 for float64 inputs), identical on every rank: the loss
+        over all B queries and all labels. Zero (with zero gradients) when no row has a positive.
     """
     if not temperature > 0:
         raise XmcbenchError(f"temperature must be > 0, got {temperature}")
+    if block is not None and block < 1:
+        raise XmcbenchError(f"block must be >= 1 label, got {block}")
     q_all = all_gather_with_grad(q_local)  # (B, d)
     if targets_shard.shape != (q_all.shape[0], label_emb_shard.shape[0]):
         raise XmcbenchError(
@@ -63,49 +86,112 @@ def sharded_decoupled_softmax_loss(
     counted = positive
     if counted_shard is not None:
         counted = counted_shard.to(device=q_all.device, dtype=torch.bool)  # (B, L_r)
-        if counted.shape != positive.shape or (counted & ~positive).any():
+        if counted.shape != positive.shape:
             raise XmcbenchError("counted_shard must have the shape of targets_shard and mark only its positives")
+    if block is None:
+        block = max(1, BLOCK_CELLS // max(1, q_all.shape[0]))
+
+    # The positive cells, ordered by label so that each block's are one slice.
+    rows, cols = positive.nonzero(as_tuple=True)  # (P,), (P,)
+    order = torch.argsort(cols, stable=True)
+    rows, cols = rows[order], cols[order]
+    is_counted = counted[rows, cols]  # (P,)
+    # (Reductions of a (B, L_r) bool matrix along its rows widen it to int64 on the CPU: 8 bytes a
+    # cell. Counting the few positive cells instead costs nothing.)
+    if counted is not positive and counted.nonzero().shape[0] != int(is_counted.sum()):
+        raise XmcbenchError("counted_shard must have the shape of targets_shard and mark only its positives")
+    with torch.no_grad():
+        n_counted = torch.bincount(rows[is_counted], minlength=q_all.shape[0]).to(torch.float64)  # (B,) |C_i|
+        n_counted = all_reduce_sum(n_counted)  # over all shards
+        n_rows = (n_counted > 0).sum().clamp_min(1)  # rows that count in the average
+        weights = torch.where(is_counted, 1.0 / (n_counted[rows].clamp_min(1) * n_rows), 0.0)  # (P,) a_ip
+
     # Softmax terms in fp32 even under bf16 autocast: a sum over a million labels needs it.
     with torch.autocast(q_all.device.type, enabled=False):
-        local = _local_share(q_all.float(), label_emb_shard.float(), positive, counted, temperature)
+        q32, labels32 = upcast(q_all), upcast(label_emb_shard)
+        dtype = torch.promote_types(q32.dtype, labels32.dtype)
+        local = _BlockwiseShare.apply(
+            q32.to(dtype), labels32.to(dtype), rows, cols, weights.to(dtype), float(temperature), int(block)
+        )
 
     # Same value on every rank; the gradient stays this rank's share (module docstring).
     total = all_reduce_sum(local.detach())
     return local + (total - local).detach()
 
 
-def _local_share(
-    q_all: torch.Tensor, labels: torch.Tensor, positive: torch.Tensor, counted: torch.Tensor, temperature: float
-) -> torch.Tensor:
-    """This rank's share of the loss: the terms of the counted positives on its label shard."""
-    scores = (q_all @ labels.T) / temperature  # (B, L_r)
+class _BlockwiseShare(torch.autograd.Function):
+    """This rank's share of the loss, Σ_p a_ip softplus(N_i − s_ip) over its positive cells.
 
-    # 1. Stable log Σ_{n ∉ P_i} e^{s_in} over all shards: global max, then shifted sums.
-    negative_scores = scores.masked_fill(positive, float("-inf"))  # (B, L_r)
-    if scores.shape[1] > 0:
-        local_max = negative_scores.max(dim=1).values  # (B,)
-    else:  # more ranks than labels: this shard is empty
-        local_max = scores.new_full((scores.shape[0],), float("-inf"))
-    shift = all_reduce_max(local_max)  # (B,)
-    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))  # rows without negatives
-    shifted_sum = torch.exp(negative_scores - shift[:, None]).sum(dim=1)  # (B,)
-    shifted_sum = all_reduce_sum(shifted_sum)  # (B,) Σ over every rank's negatives
-    # A row whose labels are all positive has no negatives: log N_i = −inf, and each of its terms
-    # is log(e^s / e^s) = 0. (The shifted sum is >= 1 whenever a negative exists, since the max
-    # contributes e^0; the clamp only keeps the unused branch of torch.where free of log(0).)
-    log_negatives = torch.where(
-        shifted_sum.detach() > 0,
-        shift + torch.log(shifted_sum.clamp_min(torch.finfo(scores.dtype).tiny)),
-        torch.full_like(shift, float("-inf")),
-    )  # (B,)
+    Its backward gives the gradient of the FULL loss with respect to this rank's scores (the
+    negatives' part needs W_i from every rank), which is the module's gradient convention.
+    """
 
-    # 2. −log(e^{s_ip} / (e^{s_ip} + N_i)) = logaddexp(s_ip, log N_i) − s_ip, only at the few
-    # counted positives (no second (B, L_r) matrix).
-    rows, cols = counted.nonzero(as_tuple=True)  # (P,), (P,)
-    positive_scores = scores[rows, cols]  # (P,)
-    terms = torch.logaddexp(positive_scores, log_negatives[rows]) - positive_scores  # (P,)
-    row_sums = scores.new_zeros(scores.shape[0]).index_add(0, rows, terms)  # (B,)
-    with torch.no_grad():
-        n_counted = all_reduce_sum(counted.sum(dim=1).to(scores.dtype))  # (B,) |P_i| over all shards
-        n_rows = (n_counted > 0).sum().clamp_min(1)  # rows that count in the average
-    return (row_sums / n_counted.clamp_min(1)).sum() / n_rows
+    @staticmethod
+    def forward(ctx, q, labels, rows, cols, weights, temperature, block):
+        # q (B, d), labels (L_r, d), rows/cols/weights (P,) positive cells sorted by column
+        bounds = _block_bounds(cols, labels.shape[0], block)
+        neg_lse, s_pos = _negative_logsumexp(q, labels, rows, cols, temperature, bounds)  # (B,) all shards', (P,)
+        # −log(e^s / (e^s + e^N)) = softplus(N − s); a row without negatives (N = −inf) gives 0
+        terms = torch.nn.functional.softplus(neg_lse[rows] - s_pos)  # (P,)
+        ctx.save_for_backward(q, labels, rows, cols, weights, neg_lse, s_pos)
+        ctx.temperature, ctx.bounds = temperature, bounds
+        return (weights * terms).sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, labels, rows, cols, weights, neg_lse, s_pos = ctx.saved_tensors
+        tau = ctx.temperature
+        pos_grad = weights * torch.sigmoid(neg_lse[rows] - s_pos)  # (P,) a_ip σ_ip = −g_ip
+        row_weight = q.new_zeros(q.shape[0]).index_add_(0, rows, pos_grad)  # (B,) this shard's part of W_i
+        if is_distributed():
+            dist.all_reduce(row_weight, op=dist.ReduceOp.SUM)  # W_i over every rank's positives
+        shift = torch.where(torch.isfinite(neg_lse), neg_lse, torch.zeros_like(neg_lse))  # (B,)
+        q_grad = torch.zeros_like(q)  # (B, d)
+        labels_grad = torch.empty_like(labels)  # (L_r, d)
+        for start, stop, lo, hi in ctx.bounds:
+            scores = torch.mm(q, labels[start:stop].T).div_(tau)  # (B, C)
+            r, c = rows[lo:hi], cols[lo:hi] - start
+            scores[r, c] = float("-inf")  # positives are no one's negatives
+            g = torch.exp_(scores.sub_(shift[:, None])).mul_(row_weight[:, None])  # (B, C) g_in
+            g[r, c] = -pos_grad[lo:hi]  # g_ip
+            q_grad.addmm_(g, labels[start:stop])
+            labels_grad[start:stop] = g.T @ q
+        scale = grad / tau
+        return q_grad.mul_(scale), labels_grad.mul_(scale), None, None, None, None, None
+
+
+def _block_bounds(cols: torch.Tensor, n_labels: int, block: int) -> list[tuple[int, int, int, int]]:
+    """(first label, one past the last, first positive, one past the last) of every label block."""
+    starts = torch.arange(0, n_labels, block, device=cols.device)
+    edges = torch.searchsorted(cols, torch.cat([starts, starts.new_tensor([n_labels])])).tolist()
+    return [(s, min(s + block, n_labels), edges[i], edges[i + 1]) for i, s in enumerate(starts.tolist())]
+
+
+def _negative_logsumexp(q, labels, rows, cols, temperature, bounds) -> tuple[torch.Tensor, torch.Tensor]:
+    """N_i = log Σ_{n ∉ P_i} e^{s_in} over every rank's labels, block by block (−inf without
+    negatives), and the scores s_ip of the positive cells, read off the same blocks.
+
+    Online: a running maximum and a sum rescaled to it; across ranks the maxima are all-reduced
+    (MAX) first, then the sums rescaled to the global maximum (SUM).
+    """
+    peak = q.new_full((q.shape[0],), float("-inf"))  # (B,)
+    total = q.new_zeros(q.shape[0])  # (B,) Σ e^{s − peak}
+    s_pos = q.new_empty(rows.shape[0])  # (P,)
+    for start, stop, lo, hi in bounds:
+        scores = torch.mm(q, labels[start:stop].T).div_(temperature)  # (B, C)
+        s_pos[lo:hi] = scores[rows[lo:hi], cols[lo:hi] - start]
+        scores[rows[lo:hi], cols[lo:hi] - start] = float("-inf")
+        new_peak = torch.maximum(peak, scores.amax(dim=1))
+        shift = torch.where(torch.isfinite(new_peak), new_peak, torch.zeros_like(new_peak))
+        total = total * torch.exp(peak - shift) + torch.exp_(scores.sub_(shift[:, None])).sum(dim=1)
+        peak = new_peak
+    if is_distributed():
+        global_peak = peak.clone()
+        dist.all_reduce(global_peak, op=dist.ReduceOp.MAX)
+        shift = torch.where(torch.isfinite(global_peak), global_peak, torch.zeros_like(global_peak))
+        total = total * torch.exp(peak - shift)  # a shard without negatives in a row adds 0
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        peak = global_peak
+    # A row with a negative has total >= e^0 at its maximum; one without has total 0 and N = −inf.
+    neg_lse = torch.where(total > 0, peak + torch.log(total.clamp_min(torch.finfo(total.dtype).tiny)), peak)
+    return neg_lse, s_pos
