@@ -14,7 +14,9 @@ napkinXC on a subset, extrapolated, and the float32 path for float64), ``metrics
 and peak memory), ``search`` (exact top-100; peers faiss IndexFlatIP and a bare torch matmul),
 ``prepare`` (synthetic LF-AmazonTitles-1.3M shape; floors zlib and ``gzip -dc``), ``train`` (one
 training step of each supervised method on synthetic inputs, paper recipes scaled down: seconds,
-queries/s, peak memory; and tokenisation next to an epoch), ``judge`` (LMTX's smoke judge on its
+queries/s, peak memory; and tokenisation next to an epoch), ``authors`` (our DEXML and PRIME steps
+against the authors' released ones on the same inputs, ``bench_authors.py``; only with their
+checkouts: ``--dexml-repo``, ``--prime-repo`` + ``--deepxml-repo``), ``judge`` (LMTX's smoke judge on its
 smoke data: each document read once for its shortlist vs every prompt read whole), ``smoke`` (the smoke suite; only with
 ``--smoke``, it takes minutes).
 """
@@ -46,6 +48,7 @@ QUICK = {
     "search": (1_000, 20_000, 384),
     "prepare_scale": 0.002,
     "train": {"labels": 300, "train": 600, "batch": 32, "encoder": "tiny"},
+    "authors": ["--quick", "--labels", "2000", "--train", "2000", "--batch", "128", "--steps", "7", "--warmup", "2"],
     "judge": {"docs": 4, "labels_per_doc": 3},
     "search_gpu": [(1_000, 20_000, 384)],
     "train_gpu": {"labels": [2_000], "train_batches": 3, "methods": ["dexml_hard", "unidec", "prime", "dexml_all"]},
@@ -58,6 +61,7 @@ FULL = {
     "search": (10_000, 100_000, 384),
     "prepare_scale": 0.25,
     "train": {"labels": 256, "train": 256, "batch": 32, "encoder": "all-MiniLM-L6-v2"},
+    "authors": ["--labels", "1000", "--train", "1000", "--batch", "128", "--steps", "3", "--warmup", "1"],
     "judge": {"docs": 24, "labels_per_doc": 3},
     "search_gpu": [(10_000, 100_000, 384), (10_000, 1_000_000, 384)],
     # the papers' encoder shape (DistilBERT, random weights), batch and pool sizes; 1M labels only in
@@ -530,7 +534,7 @@ def bench_train(cfg) -> list[dict]:
                 f"train_{method}",
                 work + f", mean pool {m['pool_size_mean']:.0f} labels" if m.get("pool_size_mean") else work,
                 m["step_s"],
-                "authors' released step (not run: no adapter, unproven)",
+                "authors' released step: the `authors` rows (checkouts needed)",
                 None,
                 notes=(
                     f"{m['queries_per_s']:.0f} queries/s; peak RSS per step {m['peak_step_gb']:.2f} GB "
@@ -630,7 +634,7 @@ def bench_train_gpu(cfg, tokenizer: str) -> list[dict]:
                     name,
                     work + (f", mean pool {m['pool_size_mean']:.0f} labels" if m.get("pool_size_mean") else ""),
                     m["step_s"],
-                    "xmcbench plan's step estimate (authors' step: not run, no adapter)",
+                    "xmcbench plan's step estimate (authors' step: the `authors` rows, on a CPU)",
                     m.get("plan_step_s"),
                     notes=f"{m['queries_per_s']:.0f} queries/s; peak GPU memory per step {m['peak_step_gb']:.2f} GiB "
                     f"(allocated at step start {m['resident_at_step_start_gb']:.2f} GiB); plan "
@@ -736,7 +740,49 @@ def print_table(rows: list[dict]) -> None:
             print(f"  {r['name']}: {r['notes']}")
 
 
-ALL = ("metrics", "metrics1m", "search", "search_gpu", "prepare", "train", "train_gpu", "judge", "smoke")
+# ---------------------------------------------------------------------------------------------
+# the authors' training steps
+
+
+def bench_authors(cfg, repos: dict[str, str | None]) -> list[dict]:
+    """Our training step against the authors' released one on the same inputs (``bench_authors.py``),
+    for the methods whose checkouts are given; one thread a side, as it was recorded."""
+    script = Path(__file__).with_name("bench_authors.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "authors.json"
+        cmd = [sys.executable, str(script), *cfg["authors"], "--threads", "1", "--out", str(out)]
+        for name, path in repos.items():
+            if path:
+                cmd += [f"--{name}-repo", path]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=_child_env())
+        if not out.exists():
+            tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+            return [
+                row("train_authors", "the authors' training steps", float("nan"), None, None, notes=f"failed: {tail}")
+            ]
+        result = json.loads(out.read_text())
+    rows = []
+    for method, m in result["methods"].items():
+        work = f"{method} training step vs the authors' on the same inputs"
+        if "ours_s_per_step" not in m:
+            rows.append(row(f"train_authors_{method}", work, float("nan"), None, None, notes=m.get("skipped", "")))
+            continue
+        work += f", {m['labels']:,} labels, batch {m['batch']}, {m['encoder'].split(' (')[0]}, CPU, 1 thread"
+        rows.append(
+            row(
+                f"train_authors_{method}",
+                work,
+                m["ours_s_per_step"],
+                f"{m['authors_upstream']}@{str(m['authors_commit'])[:7]}",
+                m["theirs_s_per_step"],
+                notes=f"fastest steps' ratio {m['ratio_of_min']:.2f}; patched at run time: {len(m['patched'])} items "
+                "(bench_authors.py's JSON lists them)",
+            )
+        )
+    return rows
+
+
+ALL = ("metrics", "metrics1m", "search", "search_gpu", "prepare", "train", "train_gpu", "authors", "judge", "smoke")
 GPU_ONLY = ("search_gpu", "train_gpu")
 
 
@@ -751,6 +797,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--tokenizer", default="all-MiniLM-L6-v2", help="tokenizer of the GPU training rows' encoder (a folder)"
     )
+    for name, upstream in (
+        ("dexml", "nilesh2797/DEXML"),
+        ("prime", "kunaldahiya/prime"),
+        ("deepxml", "kunaldahiya/deepxml-base"),
+    ):
+        parser.add_argument(
+            f"--{name}-repo",
+            default=os.environ.get(f"XMCBENCH_{name.upper()}_REPO"),
+            help=f"checkout of {upstream} for the `authors` rows (or $XMCBENCH_{name.upper()}_REPO)",
+        )
     parser.add_argument("--shape", type=json.loads, default=None, help=argparse.SUPPRESS)  # tests: tiny overrides
     args = parser.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
@@ -758,8 +814,13 @@ def main(argv: list[str] | None = None) -> dict:
     repeat = args.repeat or (2 if args.quick else 3)
     import torch
 
+    repos = {"dexml": args.dexml_repo, "prime": args.prime_repo, "deepxml": args.deepxml_repo}
     wanted = args.only or [
-        x for x in ALL if (x != "smoke" or args.smoke) and (x not in GPU_ONLY or torch.cuda.is_available())
+        x
+        for x in ALL
+        if (x != "smoke" or args.smoke)
+        and (x not in GPU_ONLY or torch.cuda.is_available())
+        and (x != "authors" or any(repos.values()))
     ]
     skipped = [x for x in wanted if x in GPU_ONLY and not torch.cuda.is_available()]
     if skipped:
@@ -775,6 +836,7 @@ def main(argv: list[str] | None = None) -> dict:
         ("prepare", lambda: bench_prepare(cfg, args.prepare_dir)),
         ("train", lambda: bench_train(cfg)),
         ("train_gpu", lambda: bench_train_gpu(cfg, args.tokenizer)),
+        ("authors", lambda: bench_authors(cfg, repos)),
         ("judge", lambda: bench_judge(cfg)),
         ("smoke", bench_smoke),
     ):

@@ -77,3 +77,16 @@ def test_quick_runner_writes_every_row(tmp_path, capsys, monkeypatch):
         assert not any(name.endswith("_bf16") for name in train)
     printed = capsys.readouterr().out
     assert "| row | work | xmcbench s | peer / floor |" in printed and "| prepare |" in printed
+
+
+def test_authors_rows_without_checkouts_say_why(tmp_path, monkeypatch):
+    """Without checkouts, `--only authors` still gives each method a row, with the reason it was not timed."""
+    for name in ("DEXML", "PRIME", "DEEPXML"):
+        monkeypatch.delenv(f"XMCBENCH_{name}_REPO", raising=False)
+    out = tmp_path / "bench.json"
+    result = main(["--only", "authors", "--json", str(out), "--shape", json.dumps({"authors": ["--quick"]})])
+    rows = {r["name"]: r for r in result["rows"]}
+    assert set(rows) == {"train_authors_dexml_all", "train_authors_dexml_hard", "train_authors_prime"}
+    for r in rows.values():
+        assert r["xmcbench_s"] != r["xmcbench_s"] and r["peer_s"] is None  # NaN: nothing was timed
+        assert "checkout" in r["notes"] or "repo" in r["notes"]

@@ -244,31 +244,35 @@ def _records(rels, inds=None):
 )
 def test_lists_repeating_one_number_take_the_row_check(rels, dumps, monkeypatch):
     """Accepted by the row check (``_repeats_one_number``), with the general reader's columns."""
-    from xmcbench.data.formats import lf_json_columns
 
     block = _lines(_records(rels), **dumps)
+    seen = _watch_row_check(monkeypatch)
+    _same(parse_block(block, n_labels=10), _general(block, "title"))
+    assert seen == [True]
+
+
+def _watch_row_check(monkeypatch) -> list[bool]:
+    """The answers of ``_repeats_one_number``, in call order."""
+    from xmcbench.data.formats import lf_json_columns
+
     seen = []
     check = lf_json_columns._repeats_one_number
     monkeypatch.setattr(lf_json_columns, "_repeats_one_number", lambda *a: seen.append(check(*a)) or seen[-1])
-    _same(parse_block(block, n_labels=10), _general(block, "title"))
-    assert seen == [True]
+    return seen
 
 
 @pytest.mark.parametrize(
     "rels",
     [
         [[1.0, 2.0], [1.0]],  # two numbers
-        [[1.0], [1.0, 1.00]],
-        [[1.0, 1.0], [1.0]],  # and the next line spaced differently (below)
+        [[1.0], [1, 1]],  # "1.0" then "1"
+        [[1.0, 1.0], [1.0]],  # one number, but the next lines are spaced differently (below)
     ],
 )
 def test_lists_not_repeating_one_number_are_checked_item_by_item(rels, monkeypatch):
-    from xmcbench.data.formats import lf_json_columns
 
     lines = _lines(_records(rels), separators=(",", ":")) + b"\n" + _lines(_records(rels))  # compact, then spaced
-    seen = []
-    check = lf_json_columns._repeats_one_number
-    monkeypatch.setattr(lf_json_columns, "_repeats_one_number", lambda *a: seen.append(check(*a)) or seen[-1])
+    seen = _watch_row_check(monkeypatch)
     _same(parse_block(lines, n_labels=10), _general(lines, "title"))
     assert seen == [False]
 

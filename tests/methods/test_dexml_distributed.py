@@ -18,19 +18,20 @@ from xmcbench.run import load_record, run_recipe
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "regime,loss",
+    "regime,loss,pool_chunk",
     [
-        ("all_negatives", "decoupled_softmax"),
-        ("hard_negatives", "decoupled_softmax"),
-        ("all_negatives", "soft_top_k"),
-        ("hard_negatives", "soft_top_k"),
+        ("all_negatives", "decoupled_softmax", "null"),
+        ("hard_negatives", "decoupled_softmax", "null"),
+        ("hard_negatives", "decoupled_softmax", 7),  # each rank's pool share through a gradient cache
+        ("all_negatives", "soft_top_k", "null"),
+        ("hard_negatives", "soft_top_k", "null"),
     ],
 )
-def test_two_process_run_matches_one_process(tiny_recipe, tmp_path, regime, loss):
+def test_two_process_run_matches_one_process(tiny_recipe, tmp_path, regime, loss, pool_chunk):
     # 300 queries in batches of 30: no ragged last batch, which several ranks would drop.
     # SoftTop-k runs the released variant (≤ k sampled positives, divided by the number sampled).
     recipe = tiny_recipe(
-        f"{{name: dexml, regime: {regime}, loss: {loss}, dropout: 0.0, gradcache_chunk: 16, "
+        f"{{name: dexml, regime: {regime}, loss: {loss}, dropout: 0.0, gradcache_chunk: 16, pool_chunk: {pool_chunk}, "
         "temperature: 0.1, batching: random, one_positive: true, hard_negatives: 2, shortlist_k: 10, "
         "hard_negative_start_epoch: 0, soft_top_k_variant: released, positives_per_query: 2}",
         epochs=1,

@@ -114,3 +114,17 @@ def test_the_plans_block_is_the_losss():
     from xmcbench.train.sharded_decoupled_softmax import BLOCK_CELLS
 
     assert LOSS_BLOCK_CELLS == BLOCK_CELLS
+
+
+def test_a_gradient_cached_pool_needs_one_chunks_activations(tmp_path):
+    """DEXML hard negatives with ``pool_chunk``: the pool's graph is one chunk at a time, one more
+    forward pass over the pool is paid."""
+    hard = Path("recipes/dexml/lf-amazontitles-1.3m-hard-negatives.yaml")
+    chunked = tmp_path / "chunked.yaml"
+    chunked.write_text(hard.read_text().replace("  hard_negatives: 10", "  pool_chunk: 1024\n  hard_negatives: 10"))
+    plain = plan_recipe(load_recipe(hard), gpu="A100-80GB", num_gpus=8)
+    cached = plan_recipe(load_recipe(chunked), gpu="A100-80GB", num_gpus=8)
+    assert "activations (queries + pool labels), bf16" in plain.memory_gb
+    assert "activations: max(query batch, pool chunk), bf16" in cached.memory_gb
+    assert cached.per_device_gb < plain.per_device_gb / 4 and cached.step_s > plain.step_s
+    assert any("gradient cache" in note for note in cached.notes)

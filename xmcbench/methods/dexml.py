@@ -67,6 +67,9 @@ class DexmlConfig(de.DualEncoderConfig):
     soft_top_k_variant: Literal["paper", "released"] = "paper"
     alpha: float = Field(default=2.0, gt=0)  # steepness of SoftTop-k's sigmoid
     gradcache_chunk: int = Field(default=1024, gt=0)  # η: labels embedded per micro-batch
+    # hard negatives: embed a pool larger than this through a gradient cache, this many labels a
+    # chunk (same gradients, one more forward pass over the pool); None: the pool with one graph
+    pool_chunk: int | None = Field(default=None, gt=0)
     lr_scale_with_gpus: bool = False
 
 
@@ -297,7 +300,7 @@ class DexmlMethod:
         regime, so the loss is the same global loss whatever the GPU count.
         """
         from xmcbench.sampling import build_label_pool, sample_hard_negatives, sample_positives, step_rng
-        from xmcbench.train import autocast, shard_range
+        from xmcbench.train import backward_chunks, shard_range
 
         c, seed = self.config, self.recipe.training.seed
         positives = sample_positives(
@@ -317,25 +320,43 @@ class DexmlMethod:
             counted_slots = pool.positive_slots  # (B, β)
         elif c.one_positive:
             counted_slots = pool.positive_slots[:, :1]  # (B, 1)
-        if world == 1:
-            with autocast(ctx.device, ctx.precision):
-                q = de.embed(self.encoder, tokens.queries, batch_rows, ctx.device)  # (B, d)
-                z = de.embed(self.encoder, tokens.labels, pool.labels, ctx.device)  # (P, d)
-            counted = None if counted_slots is None else slots_mask(counted_slots, range(pool.size))
-            if c.loss == "decoupled_softmax":  # in label blocks: no (B, P) float matrix kept for backward
-                loss = self._sharded_loss(q, z, targets, counted)
-            else:
-                scores = (q.float() @ z.float().T) / c.temperature  # (B, P)
-                loss = self._scores_loss(scores, targets, counted)
-        else:
-            shard = shard_range(pool.size, rank, world)
-            local_rows = np.array_split(batch_rows, world)[rank]
-            q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
-            z = self._embed_or_empty(tokens.labels, pool.labels[shard.start : shard.stop], ctx)  # (P_r, d)
-            counted = None if counted_slots is None else slots_mask(counted_slots, shard).to(ctx.device)
+        shard = shard_range(pool.size, rank, world)
+        local_rows = np.array_split(batch_rows, world)[rank]
+        q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
+        z, cached, chunks = self._pool_embeddings(tokens, pool.labels[shard.start : shard.stop], ctx)  # (P_r, d)
+        counted = None if counted_slots is None else slots_mask(counted_slots, shard).to(ctx.device)
+        if world == 1 and c.loss != "decoupled_softmax":
+            scores = (q @ z.T) / c.temperature  # (B, P)
+            loss = self._scores_loss(scores, targets, counted)
+        else:  # the decoupled softmax works in label blocks: no (B, P) float matrix kept for backward
             loss = self._sharded_loss(q, z, targets[:, shard.start : shard.stop], counted)
         loss.backward()
+        if cached is not None:
+            backward_chunks(self._label_fn(tokens, ctx), chunks, cached)
         return loss.detach(), pool
+
+    def _label_fn(self, tokens, ctx):
+        from xmcbench.train import autocast
+
+        def label_fn(idx):
+            with autocast(ctx.device, ctx.precision):
+                return de.embed(self.encoder, tokens.labels, idx, ctx.device).float()  # (η, d)
+
+        return label_fn
+
+    def _pool_embeddings(self, tokens, idx: np.ndarray, ctx):
+        """(P, d) embeddings of the pool labels ``idx``: with one graph, or, when ``pool_chunk`` is set
+        and the pool is larger, through a gradient cache in chunks of ``pool_chunk`` labels (the
+        same gradients for one more forward pass over the pool; only one chunk's graph at a time).
+        Returns (embeddings, the cache or None, the chunks)."""
+        chunk = self.config.pool_chunk
+        if chunk is None or idx.size <= chunk:
+            return self._embed_or_empty(tokens.labels, idx, ctx), None, None
+        from xmcbench.train import cached_embeddings
+
+        chunks = [idx[s : s + chunk] for s in range(0, idx.size, chunk)]
+        cached = cached_embeddings(self._label_fn(tokens, ctx), chunks)
+        return cached.embeddings, cached, chunks
 
     def _sharded_loss(
         self,
@@ -386,7 +407,7 @@ class DexmlMethod:
 
     def _all_negatives_step(self, batch_rows, labels, tokens, ctx, world: int, rank: int, epoch: int, step: int):
         """Every label in the loss: gradient-cached label embeddings, sharded over ranks when world > 1."""
-        from xmcbench.train import autocast, backward_chunks, cached_embeddings, shard_range
+        from xmcbench.train import backward_chunks, cached_embeddings, shard_range
 
         c, seed = self.config, self.recipe.training.seed
         n_labels = labels.shape[1]
@@ -396,10 +417,7 @@ class DexmlMethod:
             for s in range(shard.start, shard.stop, c.gradcache_chunk)
         ]
 
-        def label_fn(idx):
-            with autocast(ctx.device, ctx.precision):
-                return de.embed(self.encoder, tokens.labels, idx, ctx.device).float()  # (η, d)
-
+        label_fn = self._label_fn(tokens, ctx)
         local_rows = np.array_split(batch_rows, world)[rank]  # this rank's queries, in rank order
         q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
         cached = cached_embeddings(label_fn, chunks) if chunks else None  # (L_r, d) leaf

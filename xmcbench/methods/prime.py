@@ -329,6 +329,20 @@ def positive_pairs(labels: sparse.csr_matrix, batch_rows: np.ndarray) -> tuple[n
     return rows, block.indices.astype(np.int64)
 
 
+def prototype_network(c: PrimeConfig, dim: int, n_labels: int) -> LabelPrototypeNetwork:
+    """The recipe's label prototype network for ``n_labels`` labels of a ``dim``-wide encoder."""
+    return LabelPrototypeNetwork(
+        dim,
+        n_labels,
+        bank_size(c.free_vectors, n_labels),
+        heads=c.prototype_heads,
+        ffn=c.prototype_ffn,
+        dropout=c.prototype_dropout,
+        activation=c.prototype_activation,
+        use_centroids=c.use_centroids,
+    )
+
+
 def bank_size(requested: int, n_labels: int) -> int:
     """The free-vector count actually used: at most the largest power of two <= L (every cluster needs a label)."""
     if requested == 0:
@@ -382,17 +396,7 @@ class PrimeMethod:
         encoder = de.build_encoder(self.recipe).to(ctx.device)
         tokens = de.tokenise(encoder, task, self.recipe, ctx.progress)
         rows = de.labelled_rows(labels)
-        n_free = bank_size(c.free_vectors, task.n_labels)
-        prototypes = LabelPrototypeNetwork(
-            encoder.dim,
-            task.n_labels,
-            n_free,
-            heads=c.prototype_heads,
-            ffn=c.prototype_ffn,
-            dropout=c.prototype_dropout,
-            activation=c.prototype_activation,
-            use_centroids=c.use_centroids,
-        )
+        prototypes = prototype_network(c, encoder.dim, task.n_labels)
         self.model = PrimeModel(encoder, prototypes.to(ctx.device))
         weights = self._positive_weights(task)
 
@@ -459,7 +463,7 @@ class PrimeMethod:
 
         # 5. prototypes of every label for inference (App. I)
         self.label_prototypes = self._all_prototypes(tokens, ctx)
-        self._record_accounting(ctx, accounting, n_free)
+        self._record_accounting(ctx, accounting, prototypes.n_free_vectors)
 
     # ------------------------------------------------------------------------------------------
     def _positive_weights(self, task: TrainTask) -> np.ndarray | None:

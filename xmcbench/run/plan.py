@@ -24,7 +24,8 @@ embedded with a graph at once + the method's label-side tensors + a 10% allocato
   (and counted-positive) masks, 1 byte a cell each, and ~3 float32 score blocks; with SoftTop-k,
   ~12 float32 (batch x label shard) tensors (measured on one GPU);
 * sampled pools (DEXML hard negatives, UniDEC, PRIME, ...): the batch's queries and its pool of
-  positives and negatives (counted with duplicates: an upper bound), and the (batch x pool) loss
+  positives and negatives (counted with duplicates: an upper bound; DEXML with ``pool_chunk``: the
+  larger of the query batch and one pool chunk, as all negatives), and the (batch x pool) loss
   tensors (DEXML's decoupled softmax: masks and blocks, as above); UniDEC also its classifier
   table with AdamW state.
 
@@ -299,7 +300,15 @@ def plan_recipe(
         step_tokens = batch * seq
     else:
         pool = _pool_size(method, config, batch, n_labels)
-        memory["activations (queries + pool labels), bf16"] = (batch * seq + pool * label_seq) / g * per_token / GB
+        pool_chunk = getattr(config, "pool_chunk", None) if method == "dexml" else None
+        if pool_chunk and math.ceil(pool / g) > pool_chunk:
+            # DEXML's gradient-cached pool: the query graph, then one pool chunk's graph at a time
+            memory["activations: max(query batch, pool chunk), bf16"] = (
+                max(batch / g * seq, pool_chunk * label_seq) * per_token / GB
+            )
+            memory["pool embeddings + grads (fp32)"] = 2 * math.ceil(pool / g) * h * 4 / GB
+        else:
+            memory["activations (queries + pool labels), bf16"] = (batch * seq + pool * label_seq) / g * per_token / GB
         if method == "dexml" and _blockwise(config, params):
             memory["pool loss: bool targets + score blocks (batch x pool)"] = blockwise_decoupled_softmax_gb(
                 batch, math.ceil(pool / g), _counts_some(config, params)
@@ -307,6 +316,9 @@ def plan_recipe(
         else:
             memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * pool * 4 / g / GB
         step_tokens = (batch * seq + pool * label_seq) * 3
+        if "pool embeddings + grads (fp32)" in memory:
+            step_tokens += pool * label_seq  # the gradient cache's first, graph-free pass over the pool
+            notes.append(f"pool embedded through a gradient cache, {pool_chunk:,} labels a chunk")
         notes.append(
             f"pool of {pool:,} labels a step (sampled positives + negatives, duplicates not removed: "
             "an upper bound; the recorded pool_size_mean says what a run drew)"
