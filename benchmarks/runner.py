@@ -765,7 +765,8 @@ def bench_authors(cfg, repos: dict[str, str | None]) -> list[dict]:
     for method, m in result["methods"].items():
         work = f"{method} training step vs the authors' on the same inputs"
         if "ours_s_per_step" not in m:
-            rows.append(row(f"train_authors_{method}", work, float("nan"), None, None, notes=m.get("skipped", "")))
+            reason = m.get("skipped") or f"failed: {m.get('error')}"
+            rows.append(row(f"train_authors_{method}", work, float("nan"), None, None, notes=reason))
             continue
         work += f", {m['labels']:,} labels, batch {m['batch']}, {m['encoder'].split(' (')[0]}, CPU, 1 thread"
         rows.append(
@@ -775,8 +776,8 @@ def bench_authors(cfg, repos: dict[str, str | None]) -> list[dict]:
                 m["ours_s_per_step"],
                 f"{m['authors_upstream']}@{str(m['authors_commit'])[:7]}",
                 m["theirs_s_per_step"],
-                notes=f"fastest steps' ratio {m['ratio_of_min']:.2f}; patched at run time: {len(m['patched'])} items "
-                "(bench_authors.py's JSON lists them)",
+                notes=f"fastest steps' ratio {_fmt(m.get('ratio_of_min'))}; patched at run time: "
+                f"{len(m['patched'])} items (bench_authors.py's JSON lists them)",
             )
         )
     return rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from xmcbench.data import stats
@@ -72,3 +73,5 @@ def test_label_counts_across_chunks(monkeypatch):
         counts = stats.label_counts(labels, 40)
         assert counts.dtype == np.int64 and counts.tolist() == expected.tolist()
     assert stats.label_counts(sp.csr_matrix((3, 5)), 5).tolist() == [0] * 5
+    with pytest.raises(ValueError, match=r"label indices must lie in 0\.\.39, got 47\.\.47"):
+        stats.label_counts(sp.csr_matrix(([1.0], ([0], [47])), shape=(1, 48)), 40)

@@ -187,6 +187,31 @@ def test_half_precision_embeddings_are_scored_in_float32():
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
 
 
+def test_backward_under_autocast_stays_in_float32():
+    """A caller may run backward inside a bf16 autocast region: the recomputed scores stay float32."""
+    case = dist_worker.sharded_loss_cases()[0]
+    grads = []
+    for autocast in (False, True):
+        queries = case["queries"].clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = sharded_decoupled_softmax_loss(
+                queries, case["labels"], case["targets"], case["temperature"], block=3
+            )
+            loss.backward()
+        grads.append(queries.grad)
+    torch.testing.assert_close(grads[1], grads[0], atol=0, rtol=0)
+
+
+def test_large_margins_keep_float64_exact():
+    """log(1 + e^x) past x = 20, where softplus would return x itself (2e-9 off in float64)."""
+    queries = torch.tensor([[1.0]], dtype=torch.float64)
+    labels = torch.tensor([[0.0], [21.0], [-3.0]], dtype=torch.float64)
+    targets = torch.tensor([[True, False, False]])
+    loss = sharded_decoupled_softmax_loss(queries, labels, targets, 1.0)
+    expected = reference_decoupled_softmax(queries, labels, targets, 1.0)
+    assert abs(loss.item() - expected.item()) < 1e-12 and abs(loss.item() - 21.0) > 1e-10
+
+
 def test_sharded_loss_agrees_with_the_losses_package():
     """A second, independently written implementation (xmcbench.losses) gives the same values."""
     losses = pytest.importorskip("xmcbench.losses.decoupled_softmax")

@@ -130,14 +130,22 @@ class _BlockwiseShare(torch.autograd.Function):
         # q (B, d), labels (L_r, d), rows/cols/weights (P,) positive cells sorted by column
         bounds = _block_bounds(cols, labels.shape[0], block)
         neg_lse, s_pos = _negative_logsumexp(q, labels, rows, cols, temperature, bounds)  # (B,) all shards', (P,)
-        # −log(e^s / (e^s + e^N)) = softplus(N − s); a row without negatives (N = −inf) gives 0
-        terms = torch.nn.functional.softplus(neg_lse[rows] - s_pos)  # (P,)
+        # −log(e^s / (e^s + e^N)) = log(1 + e^{N − s}); a row without negatives (N = −inf) gives 0
+        # (logaddexp, not softplus: softplus returns its argument past 20, 2e-9 off in float64)
+        gap = neg_lse[rows] - s_pos  # (P,)
+        terms = torch.logaddexp(gap, torch.zeros_like(gap))  # (P,)
         ctx.save_for_backward(q, labels, rows, cols, weights, neg_lse, s_pos)
         ctx.temperature, ctx.bounds = temperature, bounds
         return (weights * terms).sum()
 
     @staticmethod
     def backward(ctx, grad):
+        # autograd runs backward under the caller's autocast state: keep these sums in float32 too
+        with torch.autocast(grad.device.type, enabled=False):
+            return _BlockwiseShare._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad):
         q, labels, rows, cols, weights, neg_lse, s_pos = ctx.saved_tensors
         tau = ctx.temperature
         pos_grad = weights * torch.sigmoid(neg_lse[rows] - s_pos)  # (P,) a_ip σ_ip = −g_ip
