@@ -64,7 +64,7 @@ def child(args) -> dict:
 
     run()  # warm-up (allocator pools, kernels)
     seconds, peaks = [], []
-    for _ in range(args.repeat):
+    for i in range(args.repeat):
         if cuda:
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
@@ -79,7 +79,7 @@ def child(args) -> dict:
         seconds.append(time.perf_counter() - start)
         peak = torch.cuda.max_memory_allocated() if cuda else _rss_kb("VmHWM") * 1024
         peaks.append(peak - base)
-        if _ < args.repeat - 1:  # the next run's baseline without them
+        if i < args.repeat - 1:  # the next run's baseline without them
             del q_grad, z_grad
     if args.grads:  # for the parent's comparison of the two
         torch.save({"q": q_grad.cpu(), "z": z_grad.cpu()}, args.grads)

@@ -88,14 +88,7 @@ def phase_generate(folder: Path, params: dict) -> dict:
 
 def phase_decompress(folder: Path) -> dict:
     raw = folder / "raw"
-    start, cpu = time.perf_counter(), _cpu_s()
-    uncompressed = 0
-    for name in JSON_FILES:
-        inflater = zlib.decompressobj(wbits=31)
-        with open(raw / name, "rb") as f:
-            for block in iter(lambda: f.read(4 << 20), b""):
-                uncompressed += len(inflater.decompress(block))
-    python_s, python_cpu = time.perf_counter() - start, _cpu_s() - cpu
+    python_s, python_cpu, uncompressed = _inflate_all(raw, zlib)
     isal = _time_isal(raw)
     start, cpu = time.perf_counter(), _cpu_s(resource.RUSAGE_CHILDREN)
     subprocess.run(f"gzip -dc {' '.join(str(raw / n) for n in JSON_FILES)} > /dev/null", shell=True, check=True)
@@ -111,19 +104,26 @@ def phase_decompress(folder: Path) -> dict:
     }
 
 
+def _inflate_all(raw: Path, module) -> tuple[float, float, int]:
+    """(seconds, CPU seconds, bytes out) of inflating the JSON files with ``module`` (zlib's API)."""
+    start, cpu = time.perf_counter(), _cpu_s()
+    uncompressed = 0
+    for name in JSON_FILES:
+        inflater = module.decompressobj(wbits=31)
+        with open(raw / name, "rb") as f:
+            for block in iter(lambda: f.read(4 << 20), b""):
+                uncompressed += len(inflater.decompress(block))
+    return time.perf_counter() - start, _cpu_s() - cpu, uncompressed
+
+
 def _time_isal(raw: Path) -> dict:
     """ISA-L's inflate (what prepare decompresses with when isal is installed), beside the zlib floor."""
     try:
         from isal import isal_zlib
     except ImportError:
         return {"decompress_isal_s": None}
-    start, cpu = time.perf_counter(), _cpu_s()
-    for name in JSON_FILES:
-        inflater = isal_zlib.decompressobj(wbits=31)
-        with open(raw / name, "rb") as f:
-            for block in iter(lambda: f.read(4 << 20), b""):
-                inflater.decompress(block)
-    return {"decompress_isal_s": time.perf_counter() - start, "decompress_isal_cpu_s": _cpu_s() - cpu}
+    seconds, cpu, _ = _inflate_all(raw, isal_zlib)
+    return {"decompress_isal_s": seconds, "decompress_isal_cpu_s": cpu}
 
 
 def phase_prepare(folder: Path, params: dict) -> dict:

@@ -798,11 +798,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--tokenizer", default="all-MiniLM-L6-v2", help="tokenizer of the GPU training rows' encoder (a folder)"
     )
-    for name, upstream in (
-        ("dexml", "nilesh2797/DEXML"),
-        ("prime", "kunaldahiya/prime"),
-        ("deepxml", "kunaldahiya/deepxml-base"),
-    ):
+    from benchmarks.bench_authors import UPSTREAM
+
+    for name, upstream in UPSTREAM.items():
         parser.add_argument(
             f"--{name}-repo",
             default=os.environ.get(f"XMCBENCH_{name.upper()}_REPO"),
@@ -815,7 +813,7 @@ def main(argv: list[str] | None = None) -> dict:
     repeat = args.repeat or (2 if args.quick else 3)
     import torch
 
-    repos = {"dexml": args.dexml_repo, "prime": args.prime_repo, "deepxml": args.deepxml_repo}
+    repos = {name: getattr(args, f"{name}_repo") for name in UPSTREAM}
     wanted = args.only or [
         x
         for x in ALL

@@ -263,34 +263,24 @@ class DexmlMethod:
 
     # ------------------------------------------------------------------------------------------
     def _scores_loss(self, scores: torch.Tensor, targets: torch.Tensor, counted: torch.Tensor | None):
-        """Loss of (B, P) scores already divided by τ against (B, P) bool targets (one process).
+        """SoftTop-k loss of (B, P) scores already divided by τ against (B, P) bool targets (one
+        process; the decoupled softmax always goes through ``_sharded_loss``, in label blocks).
 
-        ``counted``: the positives per row that get a term: with ``one_positive`` the one
-        positive (every positive still stays out of the denominators, the released code's
-        sampling); with SoftTop-k's released variant the ≤ k sampled positives.
+        ``counted``: with SoftTop-k's released variant, the ≤ k sampled positives that get a term.
         """
-        from xmcbench.losses import LOSSES
-        from xmcbench.losses.common import mean_over_rows
-        from xmcbench.losses.decoupled_softmax import decoupled_softmax_terms, negative_logsumexp
+        from xmcbench.losses import soft_top_k_loss
 
         c = self.config
-        loss_fn = LOSSES.get(c.loss)  # every registered loss takes (scores, targets, ...)
-        if c.loss == "soft_top_k":
-            if c.soft_top_k_variant == "released":
-                return loss_fn(
-                    scores,
-                    targets,
-                    k=c.soft_top_k,
-                    alpha=c.alpha,
-                    counted=counted.to(scores.device),
-                    normalise="positives",
-                )
-            return loss_fn(scores, targets, k=c.soft_top_k, alpha=c.alpha)
-        if counted is None:
-            return loss_fn(scores, targets)
-        terms = decoupled_softmax_terms(scores, targets, neg_lse=negative_logsumexp(scores, targets))  # (B, P)
-        counted = counted.to(scores.device)
-        return mean_over_rows((terms * counted).sum(1), counted.sum(1))
+        if c.soft_top_k_variant == "released":
+            return soft_top_k_loss(
+                scores,
+                targets,
+                k=c.soft_top_k,
+                alpha=c.alpha,
+                counted=counted.to(scores.device),
+                normalise="positives",
+            )
+        return soft_top_k_loss(scores, targets, k=c.soft_top_k, alpha=c.alpha)
 
     def _hard_negative_step(self, batch_rows, batch, labels, shortlist, tokens, ctx, epoch, step, world, rank):
         """Pool = sampled positives + m shortlist negatives per query (≈ B(1+m) labels); loss over the pool.
@@ -322,8 +312,9 @@ class DexmlMethod:
             counted_slots = pool.positive_slots[:, :1]  # (B, 1)
         shard = shard_range(pool.size, rank, world)
         local_rows = np.array_split(batch_rows, world)[rank]
+        label_fn = self._label_fn(tokens, ctx)
         q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
-        z, cached, chunks = self._pool_embeddings(tokens, pool.labels[shard.start : shard.stop], ctx)  # (P_r, d)
+        z, cached, chunks = self._pool_embeddings(label_fn, tokens, pool.labels[shard.start : shard.stop], ctx)
         counted = None if counted_slots is None else slots_mask(counted_slots, shard).to(ctx.device)
         if world == 1 and c.loss != "decoupled_softmax":
             scores = (q @ z.T) / c.temperature  # (B, P)
@@ -332,7 +323,7 @@ class DexmlMethod:
             loss = self._sharded_loss(q, z, targets[:, shard.start : shard.stop], counted)
         loss.backward()
         if cached is not None:
-            backward_chunks(self._label_fn(tokens, ctx), chunks, cached)
+            backward_chunks(label_fn, chunks, cached)
         return loss.detach(), pool
 
     def _label_fn(self, tokens, ctx):
@@ -344,8 +335,8 @@ class DexmlMethod:
 
         return label_fn
 
-    def _pool_embeddings(self, tokens, idx: np.ndarray, ctx):
-        """(P, d) embeddings of the pool labels ``idx``: with one graph, or, when ``pool_chunk`` is set
+    def _pool_embeddings(self, label_fn, tokens, idx: np.ndarray, ctx):
+        """(P_r, d) embeddings of the pool labels ``idx``: with one graph, or, when ``pool_chunk`` is set
         and the pool is larger, through a gradient cache in chunks of ``pool_chunk`` labels (the
         same gradients for one more forward pass over the pool; only one chunk's graph at a time).
         Returns (embeddings, the cache or None, the chunks)."""
@@ -355,7 +346,7 @@ class DexmlMethod:
         from xmcbench.train import cached_embeddings
 
         chunks = [idx[s : s + chunk] for s in range(0, idx.size, chunk)]
-        cached = cached_embeddings(self._label_fn(tokens, ctx), chunks)
+        cached = cached_embeddings(label_fn, chunks)
         return cached.embeddings, cached, chunks
 
     def _sharded_loss(

@@ -301,7 +301,8 @@ def plan_recipe(
     else:
         pool = _pool_size(method, config, batch, n_labels)
         pool_chunk = getattr(config, "pool_chunk", None) if method == "dexml" else None
-        if pool_chunk and math.ceil(pool / g) > pool_chunk:
+        cached_pool = bool(pool_chunk) and math.ceil(pool / g) > pool_chunk
+        if cached_pool:
             # DEXML's gradient-cached pool: the query graph, then one pool chunk's graph at a time
             memory["activations: max(query batch, pool chunk), bf16"] = (
                 max(batch / g * seq, pool_chunk * label_seq) * per_token / GB
@@ -316,7 +317,7 @@ def plan_recipe(
         else:
             memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * pool * 4 / g / GB
         step_tokens = (batch * seq + pool * label_seq) * 3
-        if "pool embeddings + grads (fp32)" in memory:
+        if cached_pool:
             step_tokens += pool * label_seq  # the gradient cache's first, graph-free pass over the pool
             notes.append(f"pool embedded through a gradient cache, {pool_chunk:,} labels a chunk")
         notes.append(

@@ -26,10 +26,10 @@ row i, |R| rows with one) and σ_ip = sigmoid(N_i − s_ip), N_i = log Σ_{n ∉
     g_ip = −a_ip σ_ip (counted positives),  g_in = W_i e^{s_in − N_i} (negatives),
     W_i = Σ_p a_ip σ_ip (summed over every rank's positives: one all-reduce of B numbers),
 
-and 0 at uncounted positives. Autograd through the plain expression kept about a dozen
-(B, L_r) float tensors alive at once (12 per cell on an H200 at 4096 x 100k labels, 44 GB); this
-keeps a (B, block) score block and its exponential, the bool targets, and the (L_r, d) label
-gradient, for one more (B, L_r, d) matmul (the scores are recomputed once).
+and 0 at uncounted positives. Autograd through the plain expression kept about a dozen float32
+(B, L_r) tensors alive at once (20 GB of a 44 GB step on an H200 at 4096 x 100k labels); this
+keeps one (B, block) score block at a time (exponentiated in place), the bool targets, and the
+(L_r, d) label gradient, for one more (B, L_r, d) matmul (the scores are recomputed once).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.train.distributed import all_gather_with_grad, all_reduce_sum, is_distributed
 
 BLOCK_CELLS = 1 << 24  # scores per label block (B x block): 64 MB in float32
+_COUNTED_ERROR = "counted_shard must have the shape of targets_shard and mark only its positives"
 
 
 def sharded_decoupled_softmax_loss(
@@ -86,7 +87,7 @@ def sharded_decoupled_softmax_loss(
     if counted_shard is not None:
         counted = counted_shard.to(device=q_all.device, dtype=torch.bool)  # (B, L_r)
         if counted.shape != positive.shape:
-            raise XmcbenchError("counted_shard must have the shape of targets_shard and mark only its positives")
+            raise XmcbenchError(_COUNTED_ERROR)
     if block is None:
         block = max(1, BLOCK_CELLS // max(1, q_all.shape[0]))
 
@@ -98,7 +99,7 @@ def sharded_decoupled_softmax_loss(
     # (Reductions of a (B, L_r) bool matrix along its rows widen it to int64 on the CPU: 8 bytes a
     # cell. Counting the few positive cells instead costs nothing.)
     if counted is not positive and counted.nonzero().shape[0] != int(is_counted.sum()):
-        raise XmcbenchError("counted_shard must have the shape of targets_shard and mark only its positives")
+        raise XmcbenchError(_COUNTED_ERROR)  # a counted cell outside the positives
     with torch.no_grad():
         n_counted = torch.bincount(rows[is_counted], minlength=q_all.shape[0]).to(torch.float64)  # (B,) |C_i|
         n_counted = all_reduce_sum(n_counted)  # over all shards
@@ -119,7 +120,7 @@ def sharded_decoupled_softmax_loss(
 
 
 class _BlockwiseShare(torch.autograd.Function):
-    """This rank's share of the loss, Σ_p a_ip softplus(N_i − s_ip) over its positive cells.
+    """This rank's share of the loss, Σ_p a_ip log(1 + e^{N_i − s_ip}) over its positive cells.
 
     Its backward gives the gradient of the FULL loss with respect to this rank's scores (the
     negatives' part needs W_i from every rank), which is the module's gradient convention.

@@ -333,10 +333,10 @@ def _number_lists(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, integers: np.nd
         ends = sep
     if widths.size and widths.max() > 18:
         return None
-    # integer values, digit by digit from the right end of each item (items are a few digits long)
-    values = np.zeros(ends.size, dtype=np.int64)
     if widths.size and widths.max() <= 8:
         return counts, _eight_digit_values(sub, ends, widths)
+    # wider: digit by digit from the right end of each item
+    values = np.zeros(ends.size, dtype=np.int64)
     shortest = int(widths.min()) if widths.size else 0
     for j in range(int(widths.max()) if widths.size else 0):
         digit = sub[ends - 1 - j].astype(np.int64) - 48  # past an item's first digit: masked out below
