@@ -45,6 +45,7 @@ def test_quick_runner_writes_every_row(tmp_path, capsys, monkeypatch):
         "metrics32",
         "metrics64",
         "metrics64_adversarial",
+        "metrics64_ulps",
         "metrics1m_float32",
         "metrics1m_float64",
         "search",

@@ -1,4 +1,4 @@
-"""float64 scores are ranked by their float32 image and repaired where float32 merged distinct values."""
+"""float64 scores are ranked by a truncated 64-bit image and repaired where it merged distinct values."""
 
 import numpy as np
 import pytest
@@ -17,16 +17,21 @@ def _reference_top_k(m: sp.csr_matrix, k: int) -> np.ndarray:
     return out
 
 
-def _near_ties(seed: int, n: int = 300, n_labels: int = 60) -> sp.csr_matrix:
+def _near_ties(seed: int, n: int = 300, n_labels: int = 60, dtype=np.float64) -> sp.csr_matrix:
     rng = np.random.default_rng(seed)
-    dense = np.where(rng.random((n, n_labels)) < 0.5, 0.0, np.nan)
-    base = rng.choice([0.1, 0.3, 1 / 3, 0.7, -0.2, 0.0, -0.0], size=dense.shape)
-    # float32 merges base, base + 1 ulp(float64) ... ; exact float64 ties stay too
-    noise = rng.choice([0.0, 1e-12, -1e-12, 2e-12, 1e-9], size=dense.shape)
-    dense = np.where(np.isnan(dense), 0, base + noise)
-    mask = rng.random(dense.shape) < 0.6
-    rows, cols = np.nonzero(mask)
-    return sp.csr_matrix((dense[rows, cols], (rows, cols)), shape=dense.shape)
+    base = rng.choice([0.1, 0.3, 1 / 3, 0.7, -0.2, 0.0, -0.0, 1e300, -1e-300], size=(n, n_labels)).astype(dtype)
+    # float32 merges base and base + 1e-12; the truncated 64-bit key merges base and base + a few
+    # ulps (steps), and also base + 1e-12 at large rows; exact ties stay ties.
+    noise = rng.choice([0.0, 1e-12, -1e-12, 2e-12, 1e-9], size=base.shape).astype(dtype)
+    steps = rng.choice([0, 0, 1, 2, -1, 3], size=base.shape)
+    scores = base + noise
+    for _ in range(3):
+        up, down = steps > 0, steps < 0
+        scores[up] = np.nextafter(scores[up], dtype(np.inf))
+        scores[down] = np.nextafter(scores[down], dtype(-np.inf))
+        steps = steps - np.sign(steps)
+    rows, cols = np.nonzero(rng.random(base.shape) < 0.6)
+    return sp.csr_matrix((scores[rows, cols], (rows, cols)), shape=base.shape)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -47,3 +52,33 @@ def test_float64_metrics_equal_those_of_an_exact_reranking():
     a = evaluate(m, truth, k=(1, 3, 5, 20))
     b = evaluate(as_ranks, truth, k=(1, 3, 5, 20))
     assert a == pytest.approx(b, abs=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.longdouble])
+@pytest.mark.parametrize("n_labels", [2, 60, 3000])  # the key's spare bits grow with the row width
+def test_ulp_apart_scores_rank_exactly(dtype, n_labels):
+    m = _near_ties(11, n=40, n_labels=n_labels, dtype=dtype)
+    assert m.dtype == dtype
+    for k in (1, 5, n_labels):
+        np.testing.assert_array_equal(top_k(m, k), _reference_top_k(m, k))
+
+
+def test_dense_float64_scores_one_ulp_apart():
+    scores = np.full((3, 200), 0.25)
+    scores[0, 150] = np.nextafter(0.25, 1.0)  # one ulp above a tie of 199: must rank first
+    scores[1, 7] = np.nextafter(0.25, 0.0)  # one ulp below: must rank last
+    scores[2] = -np.inf
+    scores[2, 3] = np.inf
+    got = top_k(scores, 200)
+    assert got[0, 0] == 150 and list(got[0, 1:4]) == [0, 1, 2]
+    assert got[1, -1] == 7 and list(got[1, :3]) == [0, 1, 2]
+    assert got[2, 0] == 3 and list(got[2, 1:3]) == [0, 1]
+
+
+def test_rows_wider_than_the_packed_second_key_rank_exactly():
+    width = (1 << 20) + 2  # 3 shift - 1 > 63 bits: the lexsort branch
+    rng = np.random.default_rng(3)
+    scores = rng.choice([0.5, np.nextafter(0.5, 1.0), np.nextafter(0.5, 0.0), 0.25], size=(2, width))
+    got = top_k(scores, 50)
+    m = sp.csr_matrix(scores)
+    np.testing.assert_array_equal(got, _reference_top_k(m, 50))
