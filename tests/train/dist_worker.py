@@ -76,13 +76,12 @@ def scenario_sharded_loss(info: DistInfo, out_dir: Path) -> None:
         q_local = case["queries"][rows.start : rows.stop].clone().requires_grad_(True)
         label_shard = case["labels"][shard.start : shard.stop].clone().requires_grad_(True)
         counted = case.get("counted")
-        loss = sharded_decoupled_softmax_loss(
-            q_local,
-            label_shard,
-            case["targets"][:, shard.start : shard.stop],
-            case["temperature"],
-            counted_shard=None if counted is None else counted[:, shard.start : shard.stop],
-        )
+        targets = case["targets"][:, shard.start : shard.stop]
+        counted = None if counted is None else counted[:, shard.start : shard.stop]
+        if info.rank == 1:  # ranks may hold their masks in either layout
+            targets = targets.to_sparse()
+            counted = None if counted is None else counted.to_sparse()
+        loss = sharded_decoupled_softmax_loss(q_local, label_shard, targets, case["temperature"], counted_shard=counted)
         loss.backward()
         results.append({"loss": loss.detach(), "q_grad": q_local.grad, "label_grad": label_shard.grad})
     torch.save(results, out_dir / f"sharded_loss-rank{info.rank}.pt")

@@ -160,6 +160,51 @@ def test_label_blocks_do_not_change_the_loss_or_its_gradients(index, block):
     torch.testing.assert_close(labels.grad, ref_l, atol=1e-12, rtol=1e-10)
 
 
+def _sparse(mask: torch.Tensor, repeat: bool) -> torch.Tensor:
+    """``mask`` as a sparse COO tensor, uncoalesced; ``repeat``: every cell stored twice, plus a
+    stored False at every negative cell (none of which may change anything)."""
+    index = mask.nonzero().T
+    values = torch.ones(index.shape[1], dtype=torch.bool)
+    if repeat:
+        off = (~mask).nonzero().T
+        index = torch.cat([index, index, off], dim=1)
+        values = torch.cat([values, values, torch.zeros(off.shape[1], dtype=torch.bool)])
+    return torch.sparse_coo_tensor(index, values, mask.shape, check_invariants=True)
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+@pytest.mark.parametrize("index", range(len(dist_worker.sharded_loss_cases())))
+def test_sparse_masks_give_the_dense_masks_loss_and_gradients(index, repeat):
+    case = dist_worker.sharded_loss_cases()[index]
+    results = []
+    for layout in ("dense", "sparse"):
+        queries = case["queries"].double().requires_grad_(True)
+        labels = case["labels"].double().requires_grad_(True)
+        targets, counted = case["targets"], case.get("counted")
+        if layout == "sparse":
+            targets = _sparse(targets, repeat)
+            counted = None if counted is None else _sparse(counted, repeat)
+        loss = sharded_decoupled_softmax_loss(queries, labels, targets, case["temperature"], counted, block=4)
+        loss.backward()
+        results.append((loss.detach(), queries.grad, labels.grad))
+    for dense, sparse in zip(*results, strict=True):
+        torch.testing.assert_close(sparse, dense, atol=0, rtol=0)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_sparse_masks_are_checked_like_dense_ones():
+    q, labels = torch.randn(2, 3), torch.randn(4, 3)
+    targets = torch.tensor([[True, False, False, False], [False, False, True, True]])
+    with pytest.raises(XmcbenchError, match="counted_shard must"):  # a counted cell that is no positive
+        sharded_decoupled_softmax_loss(q, labels, targets.to_sparse(), 0.1, (~targets).to_sparse())
+    with pytest.raises(XmcbenchError, match="counted_shard must"):
+        sharded_decoupled_softmax_loss(q, labels, targets.to_sparse(), 0.1, targets[:, :3].to_sparse())
+    with pytest.raises(XmcbenchError, match=r"targets_shard has shape \(2, 3\)"):
+        sharded_decoupled_softmax_loss(q, labels, targets[:, :3].to_sparse(), 0.1)
+    with pytest.raises(XmcbenchError, match="dense or sparse COO"):
+        sharded_decoupled_softmax_loss(q, labels, targets.float().to_sparse_csr(), 0.1)
+
+
 def test_sharded_loss_gradients_match_finite_differences():
     gen = torch.Generator().manual_seed(3)
     queries = torch.randn(4, 3, generator=gen, dtype=torch.float64, requires_grad=True)

@@ -302,7 +302,6 @@ class DexmlMethod:
                 shortlist[batch], labels[batch_rows], c.hard_negatives, step_rng(seed, epoch, step, "negatives")
             )  # (B, m)
         pool = build_label_pool(labels, batch_rows, positives, negatives)
-        targets = pool.tensors(ctx.device)["targets"]  # (B, P)
         # The counted positives are the sampled ones *in the pool*: one_positive counts the first
         # (it must be a pool column, else its row gets no term), SoftTop-k's released variant all β.
         counted_slots = None
@@ -315,12 +314,22 @@ class DexmlMethod:
         label_fn = self._label_fn(tokens, ctx)
         q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
         z, cached, chunks = self._pool_embeddings(label_fn, tokens, pool.labels[shard.start : shard.stop], ctx)
-        counted = None if counted_slots is None else slots_mask(counted_slots, shard).to(ctx.device)
+        # The decoupled softmax reads only the positive cells: its masks stay sparse.
+        as_sparse = c.loss == "decoupled_softmax"
+        counted = None if counted_slots is None else slots_mask(counted_slots, shard, as_sparse).to(ctx.device)
+        in_shard = (pool.target_cols >= shard.start) & (pool.target_cols < shard.stop)
+        targets = de.cell_mask(
+            pool.target_rows[in_shard],
+            pool.target_cols[in_shard] - shard.start,
+            (pool.n_queries, len(shard)),
+            ctx.device,
+            as_sparse,
+        )  # (B, P_r)
         if world == 1 and c.loss != "decoupled_softmax":
             scores = (q @ z.T) / c.temperature  # (B, P)
             loss = self._scores_loss(scores, targets, counted)
         else:  # the decoupled softmax works in label blocks: no (B, P) float matrix kept for backward
-            loss = self._sharded_loss(q, z, targets[:, shard.start : shard.stop], counted)
+            loss = self._sharded_loss(q, z, targets, counted)
         loss.backward()
         if cached is not None:
             backward_chunks(label_fn, chunks, cached)
@@ -413,17 +422,19 @@ class DexmlMethod:
         q = self._embed_or_empty(tokens.queries, local_rows, ctx)  # (b_r, d)
         cached = cached_embeddings(label_fn, chunks) if chunks else None  # (L_r, d) leaf
         counted = None
+        as_sparse = c.loss == "decoupled_softmax"  # it reads only the positive cells
+        columns = np.arange(shard.start, shard.stop)
         if c.loss == "soft_top_k" and c.soft_top_k_variant == "released":
             counted = _sampled_positive_mask(
-                labels, batch_rows, np.arange(shard.start, shard.stop), c.soft_top_k, seed, epoch, step, "soft-top-k"
+                labels, batch_rows, columns, c.soft_top_k, seed, epoch, step, "soft-top-k", as_sparse
             ).to(ctx.device)  # (B, L_r)
         elif c.one_positive:
             counted = _sampled_positive_mask(
-                labels, batch_rows, np.arange(shard.start, shard.stop), 1, seed, epoch, step, "one-positive"
+                labels, batch_rows, columns, 1, seed, epoch, step, "one-positive", as_sparse
             ).to(ctx.device)  # (B, L_r)
         if world > 1 or c.loss == "decoupled_softmax":  # the sharded loss works in label blocks
             label_emb = cached.embeddings if cached else q.new_zeros((0, self.encoder.dim), requires_grad=True)
-            targets = de.dense_targets(labels, batch_rows, shard, ctx.device)  # (B, L_r)
+            targets = de.dense_targets(labels, batch_rows, shard, ctx.device, as_sparse)  # (B, L_r)
             loss = self._sharded_loss(q, label_emb, targets, counted)
         else:
             scores = (q @ cached.embeddings.T) / c.temperature  # (B, L)
@@ -471,17 +482,16 @@ class DexmlMethod:
 
 
 # ----------------------------------------------------------------------------------------------
-def slots_mask(slots: np.ndarray, columns: range) -> torch.Tensor:
-    """(B, |columns|) bool: True at each row's pool slots (-1 = none) that fall in ``columns``.
+def slots_mask(slots: np.ndarray, columns: range, as_sparse: bool = False) -> torch.Tensor:
+    """(B, |columns|) bool: True at each row's pool slots (-1 = none) that fall in ``columns``
+    (``as_sparse``: a sparse COO tensor of those cells).
 
     Used for the counted positives of the hard-negative regime: they are pool columns by
     construction (``LabelPool.positive_slots``), so every row with a sampled positive counts one.
     """
     slots = np.asarray(slots, dtype=np.int64)
     rows, which = np.nonzero((slots >= columns.start) & (slots < columns.stop))
-    mask = torch.zeros((slots.shape[0], len(columns)), dtype=torch.bool)
-    mask[torch.from_numpy(rows), torch.from_numpy(slots[rows, which] - columns.start)] = True
-    return mask
+    return de.cell_mask(rows, slots[rows, which] - columns.start, (slots.shape[0], len(columns)), "cpu", as_sparse)
 
 
 def _sampled_positive_mask(
@@ -493,8 +503,10 @@ def _sampled_positive_mask(
     epoch: int,
     step: int,
     stream: str,
+    as_sparse: bool = False,
 ) -> torch.Tensor:
-    """(B, |columns|) bool: ≤ n positives per row, drawn from the CSR, marked where they are columns.
+    """(B, |columns|) bool: ≤ n positives per row, drawn from the CSR, marked where they are columns
+    (``as_sparse``: a sparse COO tensor of those cells).
 
     All-negatives regime only (every label is a column somewhere). The draw depends only on
     (seed, epoch, step, stream), so every rank draws the same positives and each rank marks
@@ -507,9 +519,7 @@ def _sampled_positive_mask(
     hit = (chosen >= 0) & (at < columns.size)
     hit[hit] = columns[at[hit]] == chosen[hit]
     r, w = np.nonzero(hit)
-    mask = torch.zeros((rows.size, columns.size), dtype=torch.bool)
-    mask[torch.from_numpy(r), torch.from_numpy(at[r, w])] = True
-    return mask
+    return de.cell_mask(r, at[r, w], (rows.size, columns.size), "cpu", as_sparse)
 
 
 def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int) -> float:

@@ -203,17 +203,31 @@ def predict_topk(
 
 
 def dense_targets(
-    labels: sparse.csr_matrix, rows: np.ndarray, columns: range | None = None, device: str = "cpu"
+    labels: sparse.csr_matrix,
+    rows: np.ndarray,
+    columns: range | None = None,
+    device: str = "cpu",
+    as_sparse: bool = False,
 ) -> torch.Tensor:
-    """(b, L or |columns|) bool: every positive of each query (all-negatives regime)."""
+    """(b, L or |columns|) bool: every positive of each query (all-negatives regime); with
+    ``as_sparse``, the same mask as a sparse COO tensor (what the blockwise decoupled softmax reads)."""
     block = labels[rows]
     if columns is not None:
         block = block[:, columns.start : columns.stop]
     block = block.tocoo()
-    out = torch.zeros(block.shape, dtype=torch.bool, device=device)
-    out[
-        torch.from_numpy(block.row.astype(np.int64)).to(device), torch.from_numpy(block.col.astype(np.int64)).to(device)
-    ] = True
+    return cell_mask(block.row, block.col, block.shape, device, as_sparse)
+
+
+def cell_mask(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], device, as_sparse: bool) -> torch.Tensor:
+    """(shape) bool, True at the (rows[i], cols[i]) cells: dense, or a sparse COO tensor of those cells."""
+    r = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+    c = torch.from_numpy(np.asarray(cols, dtype=np.int64))
+    if as_sparse:
+        values = torch.ones(r.numel(), dtype=torch.bool)
+        # (checked: an out-of-range cell is an error here, not a crash in the loss)
+        return torch.sparse_coo_tensor(torch.stack([r, c]), values, tuple(shape), check_invariants=True).to(device)
+    out = torch.zeros(tuple(shape), dtype=torch.bool, device=device)
+    out[r.to(device), c.to(device)] = True
     return out
 
 

@@ -20,13 +20,13 @@ embedded with a graph at once + the method's label-side tensors + a 10% allocato
 * DEXML all negatives: the larger of this GPU's share of the query batch and one gradient-cache
   chunk of labels; this device's shard of the label embeddings with their cached gradients; and
   the loss: with the decoupled softmax, computed in label blocks
-  (``xmcbench.train.sharded_decoupled_softmax``), the bool (global batch x label shard) targets
-  (and counted-positive) masks, 1 byte a cell each, and ~3 float32 score blocks; with SoftTop-k,
-  ~12 float32 (batch x label shard) tensors (measured on one GPU);
+  (``xmcbench.train.sharded_decoupled_softmax``), ~3 float32 score blocks (its target masks are
+  sparse: the positive cells only, a few MB); with SoftTop-k, ~12 float32 (batch x label shard)
+  tensors (measured on one GPU);
 * sampled pools (DEXML hard negatives, UniDEC, PRIME, ...): the batch's queries and its pool of
   positives and negatives (counted with duplicates: an upper bound; DEXML with ``pool_chunk``: the
   larger of the query batch and one pool chunk, as all negatives), and the (batch x pool) loss
-  tensors (DEXML's decoupled softmax: masks and blocks, as above); UniDEC also its classifier
+  tensors (DEXML's decoupled softmax: score blocks, as above); UniDEC also its classifier
   table with AdamW state.
 
 Step time = the step's FLOPs / (device peak x an assumed utilisation of 40%). Checked against the
@@ -34,7 +34,7 @@ peaks recorded on an H200 (``benchmarks/results/train-gpu-h200.json``, ``tests/r
 the memory estimate is within -10% / +70% of them (the pools' duplicates make it high); step time
 is a rough guide (the recorded steps took 1.2-2.0x the estimate). The DEXML rows there were recorded
 before the blockwise loss; its own memory is checked against CPU measurements
-(``benchmarks/results/dexml-loss-cpu.json``) until a GPU records them again.
+(``benchmarks/results/dexml-loss-cpu-sparse.json``) until a GPU records them again.
 """
 
 from __future__ import annotations
@@ -57,14 +57,12 @@ LOGIT_TENSORS = 12
 LOSS_BLOCK_CELLS = 1 << 24
 
 
-def blockwise_decoupled_softmax_gb(batch: int, labels: int, counted: bool) -> float:
+def blockwise_decoupled_softmax_gb(batch: int, labels: int) -> float:
     """Memory of DEXML's blockwise decoupled softmax beyond the embeddings and their gradients:
-    the bool targets (and counted positives) over (batch x labels), and ~3 float32 score blocks
-    (the block, its product with the queries, allocator slack: measured on a CPU,
-    ``benchmarks/results/dexml-loss-cpu.json``)."""
-    masks = (2 if counted else 1) * batch * labels
-    blocks = 3 * min(LOSS_BLOCK_CELLS, batch * labels) * 4
-    return (masks + blocks) / GB
+    ~3 float32 score blocks (the block, its product with the queries, allocator slack: measured
+    on a CPU, ``benchmarks/results/dexml-loss-cpu-sparse.json``). DEXML passes its target masks
+    sparse, so no (batch x labels) tensor is held; the positive cells take a few MB."""
+    return 3 * min(LOSS_BLOCK_CELLS, batch * labels) * 4 / GB
 
 
 # name -> (memory GB, dense bf16 peak TFLOPS)
@@ -209,11 +207,6 @@ def _blockwise(config, params: dict) -> bool:
     return (getattr(config, "loss", None) or params.get("loss", "decoupled_softmax")) == "decoupled_softmax"
 
 
-def _counts_some(config, params: dict) -> bool:
-    """Whether a DEXML step also holds a counted-positives mask (one positive per row)."""
-    return bool(getattr(config, "one_positive", None) or params.get("one_positive", False))
-
-
 def _pool_size(method: str, config, batch: int, n_labels: int) -> int:
     """Labels embedded with a graph per step: each query's sampled positives and negatives
     (DEXML hard negatives: beta + m; UniDEC: capped by max_pool_size; PRIME: beta positives)."""
@@ -285,9 +278,7 @@ def plan_recipe(
         )
         memory["label embedding shard + grads (fp32)"] = 2 * shard * h * 4 / GB
         if _blockwise(config, params):
-            memory["loss: bool targets + score blocks (batch x shard)"] = blockwise_decoupled_softmax_gb(
-                batch, shard, _counts_some(config, params)
-            )
+            memory["loss: score blocks (batch x shard)"] = blockwise_decoupled_softmax_gb(batch, shard)
         else:
             memory["logits + loss tensors (batch x shard, fp32)"] = LOGIT_TENSORS * batch * shard * 4 / GB
         # tokens through the encoder: queries forward + backward (x3); labels forward without a
@@ -311,8 +302,8 @@ def plan_recipe(
         else:
             memory["activations (queries + pool labels), bf16"] = (batch * seq + pool * label_seq) / g * per_token / GB
         if method == "dexml" and _blockwise(config, params):
-            memory["pool loss: bool targets + score blocks (batch x pool)"] = blockwise_decoupled_softmax_gb(
-                batch, math.ceil(pool / g), _counts_some(config, params)
+            memory["pool loss: score blocks (batch x pool)"] = blockwise_decoupled_softmax_gb(
+                batch, math.ceil(pool / g)
             )
         else:
             memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * pool * 4 / g / GB

@@ -28,8 +28,9 @@ row i, |R| rows with one) and σ_ip = sigmoid(N_i − s_ip), N_i = log Σ_{n ∉
 
 and 0 at uncounted positives. Autograd through the plain expression kept about a dozen float32
 (B, L_r) tensors alive at once (20 GB of a 44 GB step on an H200 at 4096 x 100k labels); this
-keeps one (B, block) score block at a time (exponentiated in place), the bool targets, and the
-(L_r, d) label gradient, for one more (B, L_r, d) matmul (the scores are recomputed once).
+keeps one (B, block) score block at a time (exponentiated in place), the positive cells, and the
+(L_r, d) label gradient, for one more (B, L_r, d) matmul (the scores are recomputed once). The
+targets may come as a sparse COO tensor, so that no (B, L_r) tensor of any kind is needed.
 """
 
 from __future__ import annotations
@@ -58,10 +59,13 @@ def sharded_decoupled_softmax_loss(
         q_local: (b_r, d) this rank's query embeddings (ranks may hold different b_r).
         label_emb_shard: (L_r, d) embeddings of this rank's labels (see ``shard_range``).
         targets_shard: (B, L_r) bool, row i of the GLOBAL batch (queries in rank order) vs this
-            rank's labels: True where the label is a positive of the query.
+            rank's labels: True where the label is a positive of the query. Dense, or a sparse
+            COO tensor whose stored non-zero entries are the positives: only the positive cells
+            are read, so a sparse mask saves the dense one's byte a cell (1.3 GB a GPU at 8192
+            queries x 163k labels).
         temperature: τ; scores are <q, z> / τ.
-        counted_shard: optional (B, L_r) bool subset of ``targets_shard``: the positives that
-            contribute a term (default: all). DEXML's released code draws one positive per row
+        counted_shard: optional (B, L_r) bool subset of ``targets_shard`` (dense or sparse COO):
+            the positives that contribute a term (default: all). DEXML's released code draws one positive per row
             per step (``xmcbench.losses.sample_one_positive`` on the global targets, same
             generator state on every rank, then sliced); every positive still stays out of the
             denominator, and rows average over their counted positives.
@@ -82,24 +86,25 @@ def sharded_decoupled_softmax_loss(
             f"targets_shard has shape {tuple(targets_shard.shape)} but the global batch has "
             f"{q_all.shape[0]} queries and this rank has {label_emb_shard.shape[0]} labels"
         )
-    positive = targets_shard.to(device=q_all.device, dtype=torch.bool)  # (B, L_r)
-    counted = positive
-    if counted_shard is not None:
-        counted = counted_shard.to(device=q_all.device, dtype=torch.bool)  # (B, L_r)
-        if counted.shape != positive.shape:
-            raise XmcbenchError(_COUNTED_ERROR)
     if block is None:
         block = max(1, BLOCK_CELLS // max(1, q_all.shape[0]))
 
-    # The positive cells, ordered by label so that each block's are one slice.
-    rows, cols = positive.nonzero(as_tuple=True)  # (P,), (P,)
+    # The positive cells, ordered by label so that each block's are one slice. (Only the cells
+    # are used: reductions of a (B, L_r) bool matrix along its rows would widen it to int64 on
+    # the CPU, 8 bytes a cell.)
+    n_cols = label_emb_shard.shape[0]
+    keys = _cell_keys(targets_shard, n_cols).to(q_all.device)  # (P,) row * L_r + col, ascending
+    is_counted = torch.ones_like(keys, dtype=torch.bool)  # (P,)
+    if counted_shard is not None:
+        if tuple(counted_shard.shape) != tuple(targets_shard.shape):
+            raise XmcbenchError(_COUNTED_ERROR)
+        counted_keys = _cell_keys(counted_shard, n_cols).to(q_all.device)  # (C,)
+        is_counted = torch.isin(keys, counted_keys)
+        if int(is_counted.sum()) != counted_keys.numel():
+            raise XmcbenchError(_COUNTED_ERROR)  # a counted cell outside the positives
+    rows, cols = keys // max(1, n_cols), keys % max(1, n_cols)  # (P,), (P,)
     order = torch.argsort(cols, stable=True)
-    rows, cols = rows[order], cols[order]
-    is_counted = counted[rows, cols]  # (P,)
-    # (Reductions of a (B, L_r) bool matrix along its rows widen it to int64 on the CPU: 8 bytes a
-    # cell. Counting the few positive cells instead costs nothing.)
-    if counted is not positive and counted.nonzero().shape[0] != int(is_counted.sum()):
-        raise XmcbenchError(_COUNTED_ERROR)  # a counted cell outside the positives
+    rows, cols, is_counted = rows[order], cols[order], is_counted[order]
     with torch.no_grad():
         n_counted = torch.bincount(rows[is_counted], minlength=q_all.shape[0]).to(torch.float64)  # (B,) |C_i|
         n_counted = all_reduce_sum(n_counted)  # over all shards
@@ -117,6 +122,19 @@ def sharded_decoupled_softmax_loss(
     # Same value on every rank; the gradient stays this rank's share (module docstring).
     total = all_reduce_sum(local.detach())
     return local + (total - local).detach()
+
+
+def _cell_keys(mask: torch.Tensor, n_cols: int) -> torch.Tensor:
+    """(P,) ascending int64 keys ``row * n_cols + col`` of the True / non-zero cells of a (B, n_cols)
+    dense or sparse COO mask (a sparse one may repeat a cell: it counts once)."""
+    if mask.layout == torch.sparse_coo:
+        index, values = mask._indices(), mask._values()  # uncoalesced is fine: unique() below
+        keep = values != 0
+        return torch.unique(index[0][keep] * n_cols + index[1][keep])
+    if mask.layout != torch.strided:
+        raise XmcbenchError(f"masks must be dense or sparse COO tensors; got layout {mask.layout}")
+    rows, cols = mask.to(torch.bool).nonzero(as_tuple=True)  # row-major: keys ascending
+    return rows * n_cols + cols
 
 
 class _BlockwiseShare(torch.autograd.Function):
