@@ -194,6 +194,20 @@ def test_truncated_and_corrupt_gzip(tmp_path, inflate):
         list(read_lf_chunks(path))
 
 
+@pytest.mark.parametrize("read_size", [1, 3, 1 << 20])  # members, padding and magic split across reads
+def test_zero_padding_is_accepted_and_trailing_garbage_is_not(tmp_path, inflate, monkeypatch, read_size):
+    monkeypatch.setattr(jsonl, "_READ_SIZE", read_size)
+    path = tmp_path / "trn.json.gz"
+    a, b = (gzip.compress((_line(uid=u) + "\n").encode()) for u in "ab")
+    for ok in (a + b"\0" * 5, a + b"\0" * 3 + b, a + b + b"\0"):  # gzip and Python's gzip accept these
+        path.write_bytes(ok)
+        assert [r["uid"] for r in iter_records(path)] == ["a", "b"][: 1 + (b in ok)]
+    for bad in (a + b"garbage", a + b"\0\0x", a + b"\x1f", a + b + b"\x1f\x8c rest"):
+        path.write_bytes(bad)
+        with pytest.raises(DataFormatError, match="bytes after the end of the gzip data"):
+            list(read_lf_chunks(path))
+
+
 def test_lone_surrogate_is_kept_not_fatal(tmp_path):
     path = tmp_path / "trn.json"
     path.write_bytes(b'{"title": "bad \\ud800 char", "target_ind": [0]}\n')

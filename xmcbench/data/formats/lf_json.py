@@ -52,6 +52,8 @@ except ImportError:  # pragma: no cover - exercised only where orjson is missing
     orjson = None
     _loads = json.loads
 
+_TRAILING = "bytes after the end of the gzip data that are not gzip data: the file is damaged; download it again"
+
 try:  # ISA-L's inflate gives the same bytes about twice as fast as zlib's; zlib is the fallback.
     from isal import isal_zlib as inflate
 except ImportError:  # pragma: no cover - exercised only where isal is missing
@@ -152,33 +154,55 @@ class RawReader:
 
         try:
             with open(self.path, "rb") as f:
-                head = f.read(2)
+                compressed = f.read(2) == GZIP_MAGIC
                 f.seek(0)
-                gz = inflate.decompressobj(wbits=31) if head == GZIP_MAGIC else None
+                gz, held = None, b""  # the member being inflated (None between members), bytes held back
                 while True:
                     raw = f.read(_READ_SIZE)
                     if not raw:
                         break
                     self.bytes_read += len(raw)
-                    if gz is None:
-                        out = raw
+                    if compressed:
+                        out, gz, held = self._inflate_members(gz, held + raw)
                     else:
-                        out = gz.decompress(raw)
-                        while gz.eof and gz.unused_data:  # concatenated gzip members
-                            rest = gz.unused_data
-                            gz = inflate.decompressobj(wbits=31)
-                            out += gz.decompress(rest)
+                        out = raw
                     if out and not put(out):
                         return
-                if gz is not None and not gz.eof:
+                if gz is not None:
                     raise DataFormatError(
                         self.path, None, "gzip data ends early (the file is truncated); download it again"
                     )
+                if held:
+                    raise DataFormatError(self.path, None, _TRAILING)
             put(None)
         except (zlib.error, inflate.error) as exc:
             put(DataFormatError(self.path, None, f"corrupt gzip data ({exc}); download the file again"))
         except BaseException as exc:  # handed to the consumer, which re-raises it
             put(exc)
+
+
+    def _inflate_members(self, gz, data: bytes):
+        """Inflate ``data`` into the member in progress and the members after it (a gzip file may
+        hold several, with zero padding between them, as gzip and Python's gzip accept).
+
+        Returns (output, the member still in progress or None, bytes held back: fewer than the two
+        magic bytes that must start the next member). Anything else after a member is an error:
+        zlib called it a bad header, and ISA-L would wait for more data and call it truncated.
+        """
+        out = []
+        while data:
+            if gz is None:  # between members
+                data = data.lstrip(b"\0")
+                if len(data) < len(GZIP_MAGIC):
+                    return b"".join(out), None, data
+                if data[: len(GZIP_MAGIC)] != GZIP_MAGIC:
+                    raise DataFormatError(self.path, None, _TRAILING)
+                gz = inflate.decompressobj(wbits=31)
+            out.append(gz.decompress(data))
+            data = gz.unused_data if gz.eof else b""
+            if gz.eof:
+                gz = None
+        return b"".join(out), gz, b""
 
 
 def iter_line_chunks(path: Path, reader: RawReader | None = None) -> Iterator[tuple[int, list[bytes]]]:
