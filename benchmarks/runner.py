@@ -255,7 +255,7 @@ def bench_metrics(cfg, repeat: int, data=None) -> list[dict]:
             target="exact; slower allowed",
             met=None,
             notes="float64 = float32 scores + 0..3 ulps: even the 64-bit key merges the ties, so most rows "
-            "are re-ranked by an exact argsort",
+            "are re-ranked by a second, exact sort",
         )
     )
     return rows

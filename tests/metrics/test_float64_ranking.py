@@ -82,3 +82,11 @@ def test_rows_wider_than_the_packed_second_key_rank_exactly():
     got = top_k(scores, 50)
     m = sp.csr_matrix(scores)
     np.testing.assert_array_equal(got, _reference_top_k(m, 50))
+
+
+def test_longdouble_beyond_float64_ranks_without_warnings():
+    m = np.array([[np.longdouble("1e400"), np.longdouble(1), np.longdouble("1e401")]])
+    if not np.isfinite(m).all():
+        pytest.skip("longdouble is float64 on this platform")
+    with np.errstate(all="raise"):
+        assert top_k(m, 3).tolist() == [[2, 0, 1]]

@@ -201,6 +201,17 @@ def test_sparse_masks_are_checked_like_dense_ones():
         sharded_decoupled_softmax_loss(q, labels, targets.to_sparse(), 0.1, targets[:, :3].to_sparse())
     with pytest.raises(XmcbenchError, match=r"targets_shard has shape \(2, 3\)"):
         sharded_decoupled_softmax_loss(q, labels, targets[:, :3].to_sparse(), 0.1)
+    cancelled = torch.sparse_coo_tensor(torch.tensor([[1, 1], [0, 0]]), torch.tensor([1.0, -1.0]), (2, 4))
+    one = sharded_decoupled_softmax_loss(q, labels, targets.float().to_sparse(), 0.1)
+    summed = torch.sparse_coo_tensor(
+        torch.cat([targets.nonzero().T, cancelled._indices()], 1),
+        torch.cat([torch.ones(3), cancelled._values()]),
+        (2, 4),
+    )  # what to_dense() reads: +1 and -1 at one cell make no positive
+    assert sharded_decoupled_softmax_loss(q, labels, summed, 0.1) == one
+    hybrid = torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.ones(2, 4, dtype=torch.bool), (2, 4))
+    with pytest.raises(XmcbenchError, match="2 sparse and no dense dimensions"):
+        sharded_decoupled_softmax_loss(q, labels, hybrid, 0.1)
     with pytest.raises(XmcbenchError, match="dense or sparse COO"):
         sharded_decoupled_softmax_loss(q, labels, targets.float().to_sparse_csr(), 0.1)
 

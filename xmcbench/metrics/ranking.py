@@ -147,11 +147,12 @@ def _descending_order64(scores: np.ndarray, shift: int) -> np.ndarray:
     The 64-bit image of a float is monotone (as for :func:`_descending_order`), and clearing low
     bits keeps it monotone: distinct scores may merge, never swap. The freed bits then hold the
     key's ``position << 1 | is_true``. With a row of width w, ``shift`` is about log2(w) + 1, so
-    scores merge only within 2^(shift - 52) of each other (2^-45 at w = 100, 2^-32 at w = 500k),
+    scores merge only within 2^(shift - 52) of each other (2^-44 at w = 100, 2^-32 at w = 500k),
     against float32's 2^-24; :func:`_rank_block_exact` repairs the rows where a merge matters.
     Wider-than-float64 scores (longdouble) are rounded to float64 first, monotone too.
     """
-    scores = scores.astype(np.float64, copy=False)
+    with np.errstate(over="ignore"):  # longdouble beyond float64's range: ±inf, still in order
+        scores = scores.astype(np.float64, copy=False)
     order = np.empty(scores.size, dtype=np.int64)
     as_float = order.view(np.float64)
     flip = np.empty(min(scores.size, _ORDER_STEP), dtype=np.int64)
@@ -295,8 +296,8 @@ def _rank_block_exact(block: np.ndarray, take: int, shift: int, data: np.ndarray
     The truncated order is monotone, so the ranking is exact except inside a group of keys with
     equal order whose scores differ. Such a group matters only if it reaches the top ``take``:
     either it lies within the top ``take + 1`` (adjacent pairs there are compared exactly) or it
-    straddles the cut (its members all over the row are compared). Only those rows are re-ranked,
-    by a stable argsort of their exact scores.
+    straddles the cut (its members all over the row are compared). Only those rows are re-ranked
+    exactly (:func:`_rerank_exact`).
     """
     rows, width = block.shape
     position_mask = np.int64((1 << (shift - 1)) - 1)

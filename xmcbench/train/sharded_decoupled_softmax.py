@@ -126,9 +126,16 @@ def sharded_decoupled_softmax_loss(
 
 def _cell_keys(mask: torch.Tensor, n_cols: int) -> torch.Tensor:
     """(P,) ascending int64 keys ``row * n_cols + col`` of the True / non-zero cells of a (B, n_cols)
-    dense or sparse COO mask (a sparse one may repeat a cell: it counts once)."""
+    dense or sparse COO mask. A sparse mask's repeated cells are summed, as ``to_dense()`` does;
+    for bool values that is "any of them", so an uncoalesced bool mask is read as it is."""
     if mask.layout == torch.sparse_coo:
-        index, values = mask._indices(), mask._values()  # uncoalesced is fine: unique() below
+        if mask.sparse_dim() != 2 or mask.dense_dim() != 0:
+            raise XmcbenchError(
+                f"a sparse mask must have 2 sparse and no dense dimensions; got {mask.sparse_dim()} + {mask.dense_dim()}"
+            )
+        if mask.dtype != torch.bool:
+            mask = mask.coalesce()  # +1 and -1 stored at one cell make no positive
+        index, values = mask._indices(), mask._values()
         keep = values != 0
         return torch.unique(index[0][keep] * n_cols + index[1][keep])
     if mask.layout != torch.strided:

@@ -180,7 +180,6 @@ class RawReader:
         except BaseException as exc:  # handed to the consumer, which re-raises it
             put(exc)
 
-
     def _inflate_members(self, gz, data: bytes):
         """Inflate ``data`` into the member in progress and the members after it (a gzip file may
         hold several, with zero padding between them, as gzip and Python's gzip accept).
