@@ -130,3 +130,44 @@ def test_a_gradient_cached_pool_needs_one_chunks_activations(tmp_path):
     assert "activations: max(query batch, pool chunk), bf16" in cached.memory_gb
     assert cached.per_device_gb < plain.per_device_gb / 4 and cached.step_s > plain.step_s
     assert any("gradient cache" in note for note in cached.notes)
+
+
+PAPER_HARDWARE = sorted(
+    str(p) for p in Path("recipes").rglob("*.yaml") if "gpu:" in p.read_text() and "smoke" not in p.parts
+)
+
+
+def test_recipes_name_their_papers_gpu():
+    assert len(PAPER_HARDWARE) >= 15  # DEXML's, PRIME's and UniDEC's paper recipes
+    assert load_recipe("recipes/prime.yaml").hardware.gpu == "A100-80GB"  # through include
+    assert load_recipe("recipes/unidec.yaml").hardware.gpu == "A6000-48GB"
+    assert load_recipe("recipes/dexml.yaml").hardware.gpu == "A100-40GB"
+
+
+@pytest.mark.parametrize("path", PAPER_HARDWARE)
+def test_each_paper_setting_is_planned_on_the_hardware_its_paper_ran_it_on(path):
+    """Plan's default device is the recipe's hardware.gpu. Where texts are short (max_length <= 64:
+    the titles datasets), the plan's token counts (every text padded to max_length: an upper bound,
+    batches are padded to their longest text) are close, and the papers' settings fit their GPUs.
+    Long-text settings may plan over (EURLex-4K's short label names are counted as 128 tokens)."""
+    recipe = load_recipe(path)
+    p = plan_recipe(recipe)
+    assert p.gpu == recipe.hardware.gpu and p.num_gpus == recipe.hardware.num_gpus
+    if recipe.encoder.max_length <= 64:
+        assert p.fits, (path, p.per_device_gb, p.memory_gb)
+
+
+def test_the_gpu_option_overrides_the_recipes_and_unknown_gpus_are_refused(tmp_path):
+    prime = "recipes/prime/lf-amazontitles-1.3m.yaml"
+    assert plan_recipe(load_recipe(prime)).gpu == "A100-80GB"
+    assert plan_recipe(load_recipe(prime), gpu="h100-80gb").gpu == "H100-80GB"
+    result = CliRunner().invoke(app, ["plan", prime, "--format", "json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["gpu"] == "A100-80GB"
+    assert plan_recipe(load_recipe("recipes/lmtx.yaml")).gpu == "A100-40GB"  # names none
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(prime).read_text().replace("gpu: A100-80GB", "gpu: A100-41GB"))
+    with pytest.raises(XmcbenchError, match="unknown GPU 'A100-41GB'; use one of V100-16GB"):
+        load_recipe(bad)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(Path(prime).read_text().replace("gpu: A100-80GB", "gpu: a100-80gb"))
+    assert load_recipe(ok).hardware.gpu == "A100-80GB"

@@ -16,8 +16,12 @@ from xmcbench.cli._common import console, err_console, handle_errors
 def plan(
     recipe: Annotated[Path, typer.Argument(help="Recipe YAML file.")],
     gpu: Annotated[
-        str, typer.Option(help="Device: A100-40GB, A100-80GB, H100-80GB, H200-141GB, V100-32GB, ...")
-    ] = "A100-40GB",
+        str | None,
+        typer.Option(
+            help="Device: A100-40GB, A100-80GB, H100-80GB, H200-141GB, V100-32GB, ... "
+            "(default: the recipe's hardware.gpu, the GPU its paper used; else A100-40GB)."
+        ),
+    ] = None,
     num_gpus: Annotated[
         int | None, typer.Option("--num-gpus", "-n", help="GPUs (default: the recipe's hardware.num_gpus).")
     ] = None,

@@ -30,6 +30,7 @@ from xmcbench.data.synth_english import check_options as check_english_options
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import check_name
 from xmcbench.metrics.names import FAMILIES, is_metric_name
+from xmcbench.recipe.devices import DEVICES, canonical_device
 
 FLOOR = re.compile(r"^\s*(>=|>|<=|<)\s*(-?[0-9]+(?:\.[0-9]+)?)\s*$")
 MAX_SEED = 2**32 - 1  # numpy and torch seeds are 32-bit
@@ -156,6 +157,19 @@ class EvaluationSection(Section):
 class HardwareSection(Section):
     devices: Literal["auto", "cpu", "cuda"] = "auto"
     num_gpus: int = Field(default=1, ge=1, le=4096)  # >1: launch with torchrun --nproc-per-node num_gpus
+    # The GPU the paper trained on: what `xmcbench plan` sizes the run for unless told otherwise.
+    # A run uses whatever GPU it is given.
+    gpu: str | None = Field(default=None, max_length=40)
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        canonical = canonical_device(value)
+        if canonical is None:
+            raise ValueError(f"unknown GPU {value!r}; use one of {', '.join(DEVICES)}")
+        return canonical
 
 
 class OutputSection(Section):

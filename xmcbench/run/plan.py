@@ -44,10 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.recipe.devices import DEVICES, canonical_device
 
 __all__ = ["DEVICES", "ENCODERS", "EncoderSize", "Plan", "encoder_size", "plan_recipe"]
 
 GB = 1e9
+DEFAULT_GPU = "A100-40GB"  # for recipes that name no hardware.gpu
 # Measured peaks (benchmarks/results/train-gpu-h200.json: H200, DistilBERT shape, bf16 autocast,
 # 100k labels) against the bf16 formula: ~0.8 of its bytes per token, and ~12 float32 tensors of
 # (batch x labels) in a decoupled-softmax step (scores, targets, softmax terms and their gradients).
@@ -63,20 +65,6 @@ def blockwise_decoupled_softmax_gb(batch: int, labels: int) -> float:
     on a CPU, ``benchmarks/results/dexml-loss-cpu-sparse.json``). DEXML passes its target masks
     sparse, so no (batch x labels) tensor is held; the positive cells take a few MB."""
     return 3 * min(LOSS_BLOCK_CELLS, batch * labels) * 4 / GB
-
-
-# name -> (memory GB, dense bf16 peak TFLOPS)
-DEVICES: dict[str, tuple[float, float]] = {
-    "V100-16GB": (16.0, 125.0),
-    "V100-32GB": (32.0, 125.0),
-    "A10-24GB": (24.0, 125.0),
-    "L4-24GB": (24.0, 121.0),
-    "A100-40GB": (40.0, 312.0),
-    "A100-80GB": (80.0, 312.0),
-    "L40S-48GB": (48.0, 362.0),
-    "H100-80GB": (80.0, 989.0),
-    "H200-141GB": (141.0, 989.0),
-}
 
 
 @dataclass(frozen=True)
@@ -233,16 +221,17 @@ def _dataset_counts(recipe) -> tuple[str, int, int]:
 
 def plan_recipe(
     recipe,
-    gpu: str = "A100-40GB",
+    gpu: str | None = None,
     num_gpus: int | None = None,
     gpu_mem_gb: float | None = None,
     utilisation: float = 0.4,
 ) -> Plan:
-    """Estimate memory and time of ``recipe`` on ``num_gpus`` x ``gpu`` (default: the recipe's GPU count)."""
-    canon = {k.lower(): k for k in DEVICES}
-    if gpu.lower() not in canon and gpu_mem_gb is None:
+    """Estimate memory and time of ``recipe`` on ``num_gpus`` x ``gpu`` (defaults: the recipe's
+    ``hardware.num_gpus`` and ``hardware.gpu``, the GPU its paper used; A100-40GB where it names none)."""
+    gpu = gpu or getattr(recipe.hardware, "gpu", None) or DEFAULT_GPU
+    if canonical_device(gpu) is None and gpu_mem_gb is None:
         raise XmcbenchError(f"unknown GPU {gpu!r}; use one of {', '.join(DEVICES)} or give --gpu-mem")
-    gpu = canon.get(gpu.lower(), gpu)
+    gpu = canonical_device(gpu) or gpu
     mem, tflops = DEVICES.get(gpu, (gpu_mem_gb, 312.0))
     mem = float(gpu_mem_gb or mem)
     g = int(num_gpus or recipe.hardware.num_gpus)
