@@ -125,6 +125,13 @@ def _waiting_run(sweep_id: str) -> dict | None:
     return None
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """SIGINT back to its default in the sweep, as in a terminal: a test runner started in the
+    background of a script inherits SIGINT ignored (POSIX, for jobs without job control), and a
+    Python started with it ignored never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
 def test_an_interrupted_sweep_resumes_and_records_nothing_twice(recipes, tmp_path, how):
@@ -138,7 +145,13 @@ def test_an_interrupted_sweep_resumes_and_records_nothing_twice(recipes, tmp_pat
     args = ["sweep", str(recipes / "tfidf-a.yaml"), str(slow), "--gpus", "none"]
     plan = expand([recipes / "tfidf-a.yaml", slow])
     with dataset_lock("synth-sweep-held", progress=False):
-        sweep = subprocess.Popen(xmcbench(*args), env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        sweep = subprocess.Popen(
+            xmcbench(*args),
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_ctrl_c_as_at_a_terminal,  # noqa: PLW1509 - one signal() call
+        )
         try:
             entry = _wait_for(lambda: _waiting_run(plan.sweep_id), "the second run to wait for its dataset")
             sweep.send_signal(how)
