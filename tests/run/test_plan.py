@@ -171,3 +171,15 @@ def test_the_gpu_option_overrides_the_recipes_and_unknown_gpus_are_refused(tmp_p
     ok = tmp_path / "ok.yaml"
     ok.write_text(Path(prime).read_text().replace("gpu: A100-80GB", "gpu: a100-80gb"))
     assert load_recipe(ok).hardware.gpu == "A100-80GB"
+
+
+def test_the_warning_says_what_this_method_can_change():
+    one_gpu = plan_recipe(load_recipe("recipes/unidec/lf-wikiseealso-320k.yaml"), gpu="A10-24GB")
+    (warning,) = one_gpu.warnings()
+    assert "unidec trains on one GPU" in warning and "more GPUs" not in warning
+    all_negatives = plan_recipe(load_recipe(DEXML_13M), num_gpus=1)
+    assert "method.gradcache_chunk" in all_negatives.warnings()[0]
+    hard = "recipes/dexml/lf-wikipedia-500k-hard-negatives.yaml"
+    (warning,) = plan_recipe(load_recipe(hard)).warnings()
+    assert "method.pool_chunk (e.g. 1024)" in warning
+    assert plan_recipe(load_recipe(hard, ["method.pool_chunk=1024"])).fits  # and the advice works

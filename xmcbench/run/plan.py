@@ -137,6 +137,9 @@ class Plan:
     steps: int
     gpu_hours: float
     notes: list[str] = field(default_factory=list)
+    advice: str = (
+        "use more GPUs, a smaller training.batch_size, or a larger device"  # what to change if it will not fit
+    )
 
     @property
     def per_device_gb(self) -> float:
@@ -150,8 +153,7 @@ class Plan:
         if self.fits:
             return []
         return [
-            f"will not fit: ~{self.per_device_gb:.1f} GB per device > {self.gpu_mem_gb:.0f} GB on {self.gpu}; "
-            "use more GPUs (label shards shrink), a smaller gradient-cache chunk, or a larger device"
+            f"will not fit: ~{self.per_device_gb:.1f} GB per device > {self.gpu_mem_gb:.0f} GB on {self.gpu}; {self.advice}"
         ]
 
     def as_dict(self) -> dict:
@@ -336,4 +338,19 @@ def plan_recipe(
         steps=steps,
         gpu_hours=step_s * steps * g / 3600,
         notes=notes,
+        advice=_advice(method, regime, config),
     )
+
+
+def _advice(method: str, regime: str | None, config) -> str:
+    """What to change when a plan will not fit, for what this method can change."""
+    from xmcbench.methods import METHODS
+
+    if getattr(METHODS.get(method), "single_process", None):
+        return f"{method} trains on one GPU: lower training.batch_size or encoder.max_length, or use a larger device"
+    if method == "dexml" and regime == "all_negatives":
+        return "use more GPUs (label shards shrink), a smaller method.gradcache_chunk, or a larger device"
+    if method == "dexml":
+        hint = "a smaller method.pool_chunk" if getattr(config, "pool_chunk", None) else "method.pool_chunk (e.g. 1024)"
+        return f"use more GPUs, {hint} to embed the pool through a gradient cache, or a larger device"
+    return Plan.advice
