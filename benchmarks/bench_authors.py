@@ -696,7 +696,7 @@ def _ours_dexml_losses(ours, tokens, labels, batch_rows, pool, shared) -> dict:
         cols = range(shared.n_labels) if pool is None else pool
         z = torch.cat([de.embed(ours.encoder, tokens.labels, chunk, "cpu") for chunk in _chunks(list(cols), 256)])
         scores = (q @ z.T) / c.temperature  # (B, P)
-        targets = de.dense_targets(labels, batch_rows, None, "cpu")[:, list(cols)]  # (B, P)
+        targets = de.target_mask(labels, batch_rows, None, "cpu")[:, list(cols)]  # (B, P)
         g = torch.Generator().manual_seed(shared.spec["seed"])
         # their filter keeps columns < the last one: a positive there loses its term, is not masked
         # out of the other positives' denominators (a negative to them), and still counts in the

@@ -434,11 +434,11 @@ class DexmlMethod:
             ).to(ctx.device)  # (B, L_r)
         if world > 1 or c.loss == "decoupled_softmax":  # the sharded loss works in label blocks
             label_emb = cached.embeddings if cached else q.new_zeros((0, self.encoder.dim), requires_grad=True)
-            targets = de.dense_targets(labels, batch_rows, shard, ctx.device, as_sparse)  # (B, L_r)
+            targets = de.target_mask(labels, batch_rows, shard, ctx.device, as_sparse)  # (B, L_r)
             loss = self._sharded_loss(q, label_emb, targets, counted)
         else:
             scores = (q @ cached.embeddings.T) / c.temperature  # (B, L)
-            targets = de.dense_targets(labels, local_rows, None, ctx.device)  # (B, L)
+            targets = de.target_mask(labels, local_rows, None, ctx.device)  # (B, L)
             loss = self._scores_loss(scores, targets, counted)
         loss.backward()  # into the query graph and the cached label embeddings
         if cached is not None:

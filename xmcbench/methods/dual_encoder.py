@@ -202,7 +202,7 @@ def predict_topk(
     return exact_topk(queries, label_emb, k, device=ctx.device, backend=backend)
 
 
-def dense_targets(
+def target_mask(
     labels: sparse.csr_matrix,
     rows: np.ndarray,
     columns: range | None = None,

@@ -230,10 +230,11 @@ def plan_recipe(
 ) -> Plan:
     """Estimate memory and time of ``recipe`` on ``num_gpus`` x ``gpu`` (defaults: the recipe's
     ``hardware.num_gpus`` and ``hardware.gpu``, the GPU its paper used; A100-40GB where it names none)."""
-    gpu = gpu or getattr(recipe.hardware, "gpu", None) or DEFAULT_GPU
-    if canonical_device(gpu) is None and gpu_mem_gb is None:
+    gpu = gpu or recipe.hardware.gpu or DEFAULT_GPU
+    known = canonical_device(gpu)
+    if known is None and gpu_mem_gb is None:
         raise XmcbenchError(f"unknown GPU {gpu!r}; use one of {', '.join(DEVICES)} or give --gpu-mem")
-    gpu = canonical_device(gpu) or gpu
+    gpu = known or gpu
     mem, tflops = DEVICES.get(gpu, (gpu_mem_gb, 312.0))
     mem = float(gpu_mem_gb or mem)
     g = int(num_gpus or recipe.hardware.num_gpus)
