@@ -106,3 +106,24 @@ def test_synthetic_parameters_create_the_dataset(tmp_path):
         load_dataset("made-here", synthetic={"labels": 21, "train": 40, "test": 10}, progress=False)
     ds = load_dataset("made-here", synthetic={"labels": 21, "train": 40, "test": 10}, force=True, progress=False)
     assert ds.n_labels == 21
+
+
+def test_prepared_if_current_reads_only_what_is_prepared(synth_dataset):
+    from xmcbench.data import prepared_if_current
+
+    home = paths.home()
+    before = sorted(p.relative_to(home) for p in home.rglob("*"))
+    assert prepared_if_current("synth-test") is None  # raw files only: nothing is prepared for it
+    assert prepared_if_current("no-such-dataset") is None
+    assert prepared_if_current("EURLex-4K") is None  # catalogued, not downloaded
+    assert sorted(p.relative_to(home) for p in home.rglob("*")) == before  # it made nothing
+    load_dataset("synth-test", progress=False)
+    assert prepared_if_current("SYNTH-TEST").meta == load_dataset("synth-test", progress=False).meta
+
+
+def test_prepared_if_current_checks_synthetic_parameters():
+    from xmcbench.data import prepared_if_current
+
+    load_dataset("made-here", synthetic={"labels": 20, "train": 40, "test": 10}, progress=False)
+    assert prepared_if_current("made-here", {"labels": 20, "train": 40, "test": 10}).n_labels == 20
+    assert prepared_if_current("made-here", {"labels": 21, "train": 40, "test": 10}) is None  # another dataset

@@ -147,14 +147,16 @@ def test_recipes_name_their_papers_gpu():
 @pytest.mark.parametrize("path", PAPER_HARDWARE)
 def test_each_paper_setting_is_planned_on_the_hardware_its_paper_ran_it_on(path):
     """Plan's default device is the recipe's hardware.gpu. Where texts are short (max_length <= 64:
-    the titles datasets), the plan's token counts (every text padded to max_length: an upper bound,
-    batches are padded to their longest text) are close, and the papers' settings fit their GPUs.
-    Long-text settings may plan over (EURLex-4K's short label names are counted as 128 tokens)."""
+    the titles datasets), the plan's token counts without the dataset here (every text padded to
+    max_length: an upper bound, batches are padded to their longest text) are close, and the papers'
+    settings fit their GPUs. Long-text settings may plan over until their dataset is prepared here
+    (EURLex-4K's short label names are counted as 128 tokens), and their warning says so."""
     recipe = load_recipe(path)
     p = plan_recipe(recipe)
     assert p.gpu == recipe.hardware.gpu and p.num_gpus == recipe.hardware.num_gpus
     if recipe.encoder.max_length <= 64:
         assert p.fits, (path, p.per_device_gb, p.memory_gb)
+    assert not p.lengths_measured and all("an upper bound" in w for w in p.warnings())
 
 
 def test_the_gpu_option_overrides_the_recipes_and_unknown_gpus_are_refused(tmp_path):
@@ -183,3 +185,65 @@ def test_the_warning_says_what_this_method_can_change():
     (warning,) = plan_recipe(load_recipe(hard)).warnings()
     assert "method.pool_chunk (e.g. 1024)" in warning
     assert plan_recipe(load_recipe(hard, ["method.pool_chunk=1024"])).fits  # and the advice works
+
+
+SMALL = [
+    "dataset.name=plan-synth",
+    "dataset.synthetic.labels=60",
+    "dataset.synthetic.train=120",
+    "dataset.synthetic.test=20",
+]
+
+
+def _longest(tokenizer, texts, cap):
+    return max(len(tokenizer(t, truncation=True, max_length=cap)["input_ids"]) for t in texts)
+
+
+def test_texts_are_counted_at_their_longest_once_the_dataset_is_prepared():
+    """Batches are padded to their longest text: with the dataset prepared here, each side counts as
+    its longest text in the encoder's tokens (not max_length), and the plan says which it used."""
+    from transformers import AutoTokenizer
+
+    from xmcbench.data import load_dataset
+    from xmcbench.encoders import resolve_model_path
+    from xmcbench.run.plan import text_lengths
+
+    recipe = load_recipe(
+        "recipes/smoke/unidec.yaml", [*SMALL, "encoder.max_length=512", "encoder.label_max_length=256"]
+    )
+    before = plan_recipe(recipe, gpu="tiny", gpu_mem_gb=0.2)
+    assert not before.lengths_measured
+    assert any("texts counted at max_length (512 / 256 tokens), an upper bound" in n for n in before.notes)
+    assert "will not fit with every text at max_length (an upper bound)" in before.warnings()[0]
+
+    ds = load_dataset("plan-synth", synthetic=recipe.dataset.synthetic.model_dump(), progress=False)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(recipe.encoder.name))
+    query = _longest(tokenizer, ds.query_texts("train"), 512)
+    label = _longest(tokenizer, ds.label_texts(), 256)
+    assert query < 512 and label < 256  # short synthetic texts: the measurement matters
+    lengths = text_lengths(recipe)
+    assert (lengths.query, lengths.label, lengths.measured) == (query, label, True)
+    after = plan_recipe(recipe, gpu="tiny", gpu_mem_gb=0.2)
+    assert after.lengths_measured and any(
+        f"queries {query}, labels {label} tokens, measured with" in n for n in after.notes
+    )
+    activations = "activations (queries + pool labels), bf16"
+    assert after.memory_gb[activations] < before.memory_gb[activations] * max(query / 512, label / 256)
+    assert all("upper bound" not in w for w in after.warnings())
+
+
+def test_without_the_tokenizer_here_the_texts_utf8_lengths_bound_them():
+    """An encoder known only by its Hub id (nothing cached, offline): the longest texts' utf-8 lengths
+    plus the special tokens bound their token counts."""
+    from xmcbench.data import load_dataset
+    from xmcbench.run.plan import text_lengths
+
+    recipe = load_recipe(
+        "recipes/smoke/unidec.yaml",
+        [*SMALL, "encoder.name=bert-base-uncased", "encoder.max_length=512", "encoder.label_max_length=8"],
+    )
+    ds = load_dataset("plan-synth", synthetic=recipe.dataset.synthetic.model_dump(), progress=False)
+    lengths = text_lengths(recipe)
+    assert lengths.query == min(512, int(ds.query_texts("train").byte_lengths().max()) + 3)
+    assert lengths.label == 8  # capped
+    assert lengths.measured and "bounded by their utf-8 lengths" in lengths.how

@@ -21,7 +21,7 @@ from __future__ import annotations
 from xmcbench.data.catalog import DatasetSpec, Source, check_dataset_name, get_spec, list_specs, save_local_spec
 from xmcbench.data.fetch import download_dataset, parse_source
 from xmcbench.data.formats import FORMATS, Format, get_format
-from xmcbench.data.load import dataset_status, load_dataset
+from xmcbench.data.load import dataset_status, load_dataset, prepared_if_current
 from xmcbench.data.prepared import PreparedDataset, TextColumn, is_prepared_current, load_prepared, prepare
 from xmcbench.data.raw import VerifyReport, raw_status, verify_dataset
 from xmcbench.data.synth import make_synthetic_spec, synthesize
@@ -46,6 +46,7 @@ __all__ = [
     "make_synthetic_spec",
     "parse_source",
     "prepare",
+    "prepared_if_current",
     "raw_status",
     "save_local_spec",
     "synthesize",

@@ -88,11 +88,14 @@ def load_dataset(
         return load_prepared(prepared_dir)
 
 
+def _synthetic_spec(name: str, params: dict[str, Any]) -> DatasetSpec:
+    return make_synthetic_spec(name, **{_SYNTH_KEYS.get(k, k): v for k, v in params.items()})
+
+
 def _create_synthetic(name: str, params: dict[str, Any], force: bool) -> DatasetSpec:
     """The spec of synthetic dataset ``name`` made with ``params``, generating it unless an identical
     complete one exists."""
-    params = {_SYNTH_KEYS.get(k, k): v for k, v in params.items()}
-    spec = make_synthetic_spec(name, **params)
+    spec = _synthetic_spec(name, params)
     if local_spec_path(name).exists() and not force:
         old = get_spec(name)
         if old.synthetic != spec.synthetic:
@@ -113,6 +116,23 @@ def dataset_status(spec: DatasetSpec) -> Literal["prepared", "complete", "partia
     if is_prepared_current(spec, paths.dataset_raw_dir(spec.raw_group), paths.dataset_prepared_dir(spec.name)):
         return "prepared"
     return raw_status(spec)
+
+
+def prepared_if_current(name: str, synthetic: dict[str, Any] | None = None) -> PreparedDataset | None:
+    """Dataset ``name``'s prepared cache when it is current here (for ``synthetic``: made with those
+    generator parameters), else None. Creates, downloads and prepares nothing: for estimates made
+    before a run (``xmcbench plan``)."""
+    try:
+        spec = get_spec(name)
+    except XmcbenchError:
+        return None
+    if synthetic is not None:
+        if spec.synthetic != _synthetic_spec(name, synthetic).synthetic:
+            return None
+    prepared_dir = paths.dataset_prepared_dir(spec.name)
+    if not is_prepared_current(spec, paths.dataset_raw_dir(spec.raw_group), prepared_dir):
+        return None
+    return load_prepared(prepared_dir)
 
 
 def prepared_version(name: str) -> str | None:

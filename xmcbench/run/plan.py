@@ -11,7 +11,11 @@ An estimate on paper, from:
 * the dataset's size: the catalogue's counts (``paper_counts``) or the synthetic section's;
 * the recipe: method, regime, batch size, gradient-cache chunk, shortlist/pool sizes, max length,
   epochs, GPUs;
-* a device table (A100-40GB, A100-80GB, H100-80GB, ...) or ``gpu_mem_gb``.
+* a device table (A100-40GB, A100-80GB, H100-80GB, ...) or ``gpu_mem_gb``;
+* the texts' lengths: batches are padded to their longest text, so each side counts as its longest
+  text in tokens, at most its max_length (``TextLengths``). Measured when the dataset is prepared
+  here (``xmcbench.data.token_lengths``), else max_length itself: an upper bound, which the plan
+  and its warning say.
 
 Memory per device = model state (fp32 weights, grads and AdamW moments: 16 bytes a parameter) +
 activations (bf16, ~34·h bytes per token and layer + attention, x0.8 as measured) of what is
@@ -46,7 +50,7 @@ from pathlib import Path
 from xmcbench.errors import XmcbenchError
 from xmcbench.recipe.devices import DEVICES, canonical_device
 
-__all__ = ["DEVICES", "ENCODERS", "EncoderSize", "Plan", "encoder_size", "plan_recipe"]
+__all__ = ["DEVICES", "ENCODERS", "EncoderSize", "Plan", "TextLengths", "encoder_size", "plan_recipe", "text_lengths"]
 
 GB = 1e9
 DEFAULT_GPU = "A100-40GB"  # for recipes that name no hardware.gpu
@@ -116,6 +120,67 @@ def encoder_size(name: str) -> EncoderSize:
     return EncoderSize(params, h, layers, vocab, "table")
 
 
+@dataclass(frozen=True)
+class TextLengths:
+    """Tokens in the widest query batch and the widest label batch: each side's longest text, at most
+    its max_length (batches are padded to their longest text, so the peak step holds the longest)."""
+
+    query: int
+    label: int
+    measured: bool  # False: max_length itself, an upper bound (the dataset is not prepared here)
+    how: str
+
+
+def _local_tokenizer(name: str, revision: str | None):
+    """The encoder's tokenizer when it is on this machine (a folder, a packaged model, the Hub cache),
+    else None. Never downloads: a plan is made before a run, offline or not."""
+    from xmcbench.encoders.hub_ref import is_hub_ref
+    from xmcbench.encoders.text_encoder import resolve_model_path
+
+    if is_hub_ref(name):
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(resolve_model_path(name), revision=revision, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+
+
+def text_lengths(recipe) -> TextLengths:
+    """The recipe's padded query and label lengths: measured on its dataset when it is prepared here
+    (with the encoder's tokenizer when it is on this machine, else bounded by the texts' utf-8
+    lengths), else each side's max_length."""
+    from xmcbench.data import prepared_if_current
+    from xmcbench.data.token_lengths import byte_bound, longest_tokenized
+
+    seq = int(recipe.encoder.max_length)
+    label_seq = int(recipe.encoder.label_max_length or seq)
+    ds = recipe.dataset
+    prepared = prepared_if_current(ds.name, ds.synthetic.model_dump() if ds.synthetic is not None else None)
+    if prepared is None:
+        return TextLengths(
+            seq,
+            label_seq,
+            False,
+            f"texts counted at max_length ({seq} / {label_seq} tokens), an upper bound: {ds.name} is not "
+            f"prepared here (`xmcbench datasets download {ds.name}` downloads and prepares it; plan then measures them)",
+        )
+    queries, labels = prepared.query_texts("train"), prepared.label_texts()
+    tokenizer = _local_tokenizer(recipe.encoder.name, recipe.encoder.revision)
+    if tokenizer is None:
+        q = byte_bound(queries.byte_lengths(), 2, seq)
+        lab = byte_bound(labels.byte_lengths(), 2, label_seq)
+        how = f"bounded by their utf-8 lengths ({recipe.encoder.name}'s tokenizer is not on this machine)"
+    else:
+        q = longest_tokenized(queries, tokenizer, seq)
+        lab = longest_tokenized(labels, tokenizer, label_seq)
+        how = f"measured with {recipe.encoder.name}'s tokenizer"
+    return TextLengths(
+        max(q, 1), max(lab, 1), True, f"longest texts of {ds.name}: queries {q}, labels {lab} tokens, {how}"
+    )
+
+
 @dataclass
 class Plan:
     recipe: str
@@ -137,6 +202,7 @@ class Plan:
     steps: int
     gpu_hours: float
     notes: list[str] = field(default_factory=list)
+    lengths_measured: bool = True  # False: texts counted at max_length, an upper bound
     advice: str = (
         "use more GPUs, a smaller training.batch_size, or a larger device"  # what to change if it will not fit
     )
@@ -152,8 +218,10 @@ class Plan:
     def warnings(self) -> list[str]:
         if self.fits:
             return []
+        bound = "" if self.lengths_measured else " with every text at max_length (an upper bound)"
         return [
-            f"will not fit: ~{self.per_device_gb:.1f} GB per device > {self.gpu_mem_gb:.0f} GB on {self.gpu}; {self.advice}"
+            f"will not fit{bound}: ~{self.per_device_gb:.1f} GB per device > {self.gpu_mem_gb:.0f} GB on "
+            f"{self.gpu}; {self.advice}"
         ]
 
     def as_dict(self) -> dict:
@@ -227,6 +295,7 @@ def plan_recipe(
     num_gpus: int | None = None,
     gpu_mem_gb: float | None = None,
     utilisation: float = 0.4,
+    lengths: TextLengths | None = None,
 ) -> Plan:
     """Estimate memory and time of ``recipe`` on ``num_gpus`` x ``gpu`` (defaults: the recipe's
     ``hardware.num_gpus`` and ``hardware.gpu``, the GPU its paper used; A100-40GB where it names none)."""
@@ -243,10 +312,13 @@ def plan_recipe(
     params = recipe.method.params()
     enc = encoder_size(recipe.encoder.name)
     h, layers = enc.hidden, enc.layers
-    seq = int(recipe.encoder.max_length)
-    label_seq = int(recipe.encoder.label_max_length or seq)
+    lengths = text_lengths(recipe) if lengths is None else lengths
+    seq, label_seq = lengths.query, lengths.label
     batch = int(recipe.training.batch_size)
-    notes = [f"encoder size from its {'config' if enc.source == 'config' else 'known-size table (Hub id, offline)'}"]
+    notes = [
+        f"encoder size from its {'config' if enc.source == 'config' else 'known-size table (Hub id, offline)'}",
+        lengths.how,
+    ]
     config = _method_config(recipe)
     regime = (getattr(config, "regime", None) or params.get("regime")) if method == "dexml" else None
 
@@ -339,6 +411,7 @@ def plan_recipe(
         steps=steps,
         gpu_hours=step_s * steps * g / 3600,
         notes=notes,
+        lengths_measured=lengths.measured,
         advice=_advice(method, regime, config),
     )
 

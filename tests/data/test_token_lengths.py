@@ -1,0 +1,134 @@
+"""The longest text in tokens (what ``xmcbench plan`` pads a batch to) against tokenising every text."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xmcbench.data.prepared import TextColumn
+from xmcbench.data.token_lengths import byte_bound, longest_tokenized
+
+TEXTS = [
+    "",
+    "a",
+    "x y z 1 2 3 . , ; !",
+    "Harry Potter and the Philosopher's Stone",
+    "Über-naïve café crème brûlée — “quoted” text with emoji 🙂 and 日本語",
+    "日本語の文章と中文句子",
+    "USB-C cable, 2 m (6.6 ft), braided",
+    "supercalifragilisticexpialidocious antidisestablishmentarianism",
+    "   leading and trailing spaces   ",
+    "🙂🙂🙂 ((((())))) ---- ....",
+] + [f"product number {i} " * (i % 7) for i in range(300)]
+
+
+def _column(texts: list[str]) -> TextColumn:
+    encoded = [t.encode("utf-8") for t in texts]
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in encoded])]).astype(np.int64)
+    return TextColumn(np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets)
+
+
+def _wordpiece():
+    from transformers import AutoTokenizer
+
+    from xmcbench.encoders import resolve_model_path
+
+    return AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
+
+
+def _trained(kind: str):
+    """A byte-level BPE (GPT-2 / RoBERTa family) or a Metaspace unigram (SentencePiece family) trained
+    here on the test texts: the other tokenizer families a recipe's encoder may use, offline."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = TEXTS * 3
+    if kind == "byte-bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<s>", "</s>", "<pad>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
+    else:
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(
+            vocab_size=120, special_tokens=["<s>", "</s>", "<pad>", "<unk>"], unk_token="<unk>"
+        )
+    tok.train_from_iterator(corpus, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
+
+
+class _PythonOnly:
+    """A tokenizer without a Rust backend (a Python tokenizer): counted through ``__call__``."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+    def num_special_tokens_to_add(self, pair=False):
+        return self._tokenizer.num_special_tokens_to_add(pair=pair)
+
+
+@pytest.fixture(scope="module", params=["wordpiece", "byte-bpe", "unigram", "python"])
+def tokenizer(request):
+    if request.param == "python":
+        return _PythonOnly(_wordpiece())
+    return _wordpiece() if request.param == "wordpiece" else _trained(request.param)
+
+
+def _brute_force(tokenizer, texts, cap):
+    return max(len(tokenizer(t, truncation=True, max_length=cap)["input_ids"]) for t in texts)
+
+
+def test_every_text_fits_the_byte_bound_the_early_stop_relies_on(tokenizer):
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    for text in TEXTS:
+        n = len(tokenizer(text)["input_ids"])
+        assert n <= len(text.encode("utf-8")) + specials + 1, (text, n)
+
+
+@pytest.mark.parametrize("cap", [3, 8, 16, 40, 512])
+def test_the_longest_text_equals_tokenising_every_text(tokenizer, cap):
+    column = _column(TEXTS)
+    assert longest_tokenized(column, tokenizer, cap) == _brute_force(tokenizer, TEXTS, cap)
+
+
+def test_the_longest_is_found_when_it_is_not_the_longest_in_bytes(tokenizer):
+    """Many byte-long texts of few tokens, one shorter text of many: the scan must not stop at the
+    first batch (it holds more than the first batch's 64 texts)."""
+    few_tokens = ["aaaa" * 30] * 200  # 120 bytes
+    many_tokens = ["日 本 語 🙂 , ; ! 1 2 3 4 5 6 7 8 9 a b c d e f g h i j k"]  # fewer bytes, more tokens
+    texts = few_tokens + many_tokens + ["x"] * 50
+    column = _column(texts)
+    assert longest_tokenized(column, tokenizer, 512) == _brute_force(tokenizer, texts, 512)
+
+
+def test_the_scan_goes_on_while_a_shorter_text_could_still_have_more_tokens(tokenizer):
+    """The stop must allow for the special tokens and a bare word-start piece: after a first batch of
+    byte-long texts of few tokens (T each), a text of T - 1 bytes can still have T + 1 tokens."""
+    filler = "number " * 20  # 140 bytes, ~22 tokens
+    t = _brute_force(tokenizer, [filler], 512)
+    probe = "," * (t - 1)  # fewer bytes than the filler, one token a byte, plus the specials
+    assert _brute_force(tokenizer, [probe], 512) > t  # the case is what it claims
+    texts = [filler] * 64 + [probe]
+    assert longest_tokenized(_column(texts), tokenizer, 512) == _brute_force(tokenizer, texts, 512)
+
+
+def test_an_empty_column_and_the_byte_bound():
+    assert longest_tokenized(_column([]), _wordpiece(), 32) == 0
+    lengths = np.array([3, 10, 7])
+    assert byte_bound(lengths, specials=2, cap=128) == 13
+    assert byte_bound(lengths, specials=2, cap=12) == 12
+    assert byte_bound(np.array([], dtype=np.int64), specials=2, cap=12) == 3
