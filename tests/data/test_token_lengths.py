@@ -132,3 +132,33 @@ def test_an_empty_column_and_the_byte_bound():
     assert byte_bound(lengths, specials=2, cap=128) == 13
     assert byte_bound(lengths, specials=2, cap=12) == 12
     assert byte_bound(np.array([], dtype=np.int64), specials=2, cap=12) == 3
+
+
+def test_a_prepared_datasets_longest_texts_are_remembered_by_tokenizer_and_cap(synth_dataset, monkeypatch):
+    from xmcbench.data import load_dataset, token_lengths
+    from xmcbench.data.token_lengths import CACHE_NAME, longest_prepared
+
+    ds = load_dataset("synth-test", progress=False)
+    tokenizer = _wordpiece()
+    labels = longest_prepared(ds, "labels", tokenizer, 512)
+    queries = longest_prepared(ds, "train", tokenizer, 512)
+    assert labels == _brute_force(tokenizer, ds.label_texts(), 512)
+    assert queries == _brute_force(tokenizer, ds.query_texts("train"), 512)
+    assert (ds.path / CACHE_NAME).is_file()
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    with monkeypatch.context() as m:
+        m.setattr(token_lengths, "longest_tokenized", not_again)
+        assert longest_prepared(ds, "labels", tokenizer, 512) == labels
+        assert longest_prepared(ds, "train", tokenizer, 512) == queries
+        with pytest.raises(AssertionError, match="measured again"):
+            longest_prepared(ds, "labels", tokenizer, 4)  # another cap
+        with pytest.raises(AssertionError, match="measured again"):
+            longest_prepared(ds, "labels", _trained("byte-bpe"), 512)  # another tokenizer
+
+    (ds.path / CACHE_NAME).write_text("[not a memo")  # damaged: measured again, and rewritten
+    assert longest_prepared(ds, "labels", tokenizer, 4) == 4
+    monkeypatch.setattr(token_lengths.fsutil, "write_json", lambda *a: (_ for _ in ()).throw(PermissionError("ro")))
+    assert longest_prepared(ds, "labels", tokenizer, 6) == 6  # a folder that cannot be written loses the memo only

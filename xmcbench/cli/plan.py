@@ -34,11 +34,15 @@ def plan(
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
 ) -> None:
     """Estimate, before a run, GPU memory per device, label-embedding and classifier sizes, step time and
-    total GPU-hours for the recipe's dataset and hardware; warn when it will not fit (exit code 3)."""
+    total GPU-hours for the recipe's dataset and hardware; warn when it will not fit (exit code 3).
+
+    Batches are padded to their longest text: with the dataset prepared here, its longest texts are
+    measured in the encoder's tokens (remembered in the dataset's folder); without it, every text
+    counts at max_length, an upper bound the plan names."""
     from xmcbench.run import load_recipe
     from xmcbench.run.plan import plan_recipe
 
-    result = plan_recipe(load_recipe(recipe, set_ or []), gpu=gpu, num_gpus=num_gpus, gpu_mem_gb=gpu_mem)
+    result = plan_recipe(load_recipe(recipe, set_ or []), gpu=gpu, num_gpus=num_gpus, gpu_mem_gb=gpu_mem, progress=True)
     if format == "json":
         console.print_json(json.dumps(result.as_dict()))
     else:

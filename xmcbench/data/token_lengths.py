@@ -14,9 +14,16 @@ a titles column after the few texts longer than the cap.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
-__all__ = ["byte_bound", "longest_tokenized"]
+from xmcbench import fsutil
+from xmcbench.progress import task
+
+__all__ = ["byte_bound", "longest_prepared", "longest_tokenized"]
+
+CACHE_NAME = "token_lengths.json"  # in the prepared dataset's folder: a new prepare starts it afresh
 
 FIRST_BATCH, LAST_BATCH = 64, 65536
 
@@ -27,11 +34,12 @@ def byte_bound(byte_lengths: np.ndarray, specials: int, cap: int) -> int:
     return min(cap, longest + specials + 1)
 
 
-def longest_tokenized(texts, tokenizer, cap: int) -> int:
+def longest_tokenized(texts, tokenizer, cap: int, progress: bool = False, what: str = "texts") -> int:
     """Tokens in the longest of ``texts`` (a ``TextColumn``) with its special tokens, at most ``cap``.
 
     ``tokenizer`` is a ``transformers`` tokenizer; the result equals
     ``max(len(tokenizer(t, truncation=True, max_length=cap)["input_ids"]) for t in texts)``.
+    ``progress``: a bar over the texts (the scan usually stops well before the end).
     """
     byte_lengths = np.asarray(texts.byte_lengths())
     if len(byte_lengths) == 0:
@@ -40,15 +48,42 @@ def longest_tokenized(texts, tokenizer, cap: int) -> int:
     longest_of = _longest_of(tokenizer, cap)
     order = np.argsort(-byte_lengths, kind="stable")  # longest first
     best, start, size = 0, 0, FIRST_BATCH
-    while start < len(order):
-        idx = order[start : start + size]
-        if int(byte_lengths[idx[0]]) + specials + 1 <= best:  # no text from here on can be longer
-            break
-        best = max(best, longest_of(texts[idx]))
-        if best >= cap:
-            break
-        start, size = start + size, min(2 * size, LAST_BATCH)
+    with task(f"longest {what} in tokens", len(order), enabled=progress) as advance:
+        while start < len(order):
+            idx = order[start : start + size]
+            if int(byte_lengths[idx[0]]) + specials + 1 <= best:  # no text from here on can be longer
+                break
+            best = max(best, longest_of(texts[idx]))
+            advance(len(idx))
+            if best >= cap:
+                break
+            start, size = start + size, min(2 * size, LAST_BATCH)
     return min(best, cap)
+
+
+def longest_prepared(dataset, column: str, tokenizer, cap: int, progress: bool = False) -> int:
+    """``longest_tokenized`` of a prepared dataset's ``column`` ("train" queries or "labels"),
+    remembered in the dataset's folder by tokenizer and cap (tens of seconds for a million texts
+    that are all shorter than the cap). A folder that cannot be written only loses the memo."""
+    from xmcbench.data.tokenized import tokenizer_fingerprint
+
+    texts = dataset.label_texts() if column == "labels" else dataset.query_texts(column)
+    key = f"{column}:{cap}:{tokenizer_fingerprint(tokenizer)}"
+    path = dataset.path / CACHE_NAME
+    try:
+        memo = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        memo = {}
+    if not isinstance(memo, dict):
+        memo = {}
+    if isinstance(memo.get(key), int):
+        return memo[key]
+    longest = longest_tokenized(texts, tokenizer, cap, progress=progress, what=f"{dataset.name} {column} texts")
+    try:
+        fsutil.write_json(path, {**memo, key: longest})
+    except OSError:
+        pass
+    return longest
 
 
 def _longest_of(tokenizer, cap: int):

@@ -147,12 +147,12 @@ def _local_tokenizer(name: str, revision: str | None):
         return None
 
 
-def text_lengths(recipe) -> TextLengths:
+def text_lengths(recipe, progress: bool = False) -> TextLengths:
     """The recipe's padded query and label lengths: measured on its dataset when it is prepared here
     (with the encoder's tokenizer when it is on this machine, else bounded by the texts' utf-8
     lengths), else each side's max_length."""
     from xmcbench.data import prepared_if_current
-    from xmcbench.data.token_lengths import byte_bound, longest_tokenized
+    from xmcbench.data.token_lengths import byte_bound, longest_prepared
 
     seq = int(recipe.encoder.max_length)
     label_seq = int(recipe.encoder.label_max_length or seq)
@@ -173,8 +173,8 @@ def text_lengths(recipe) -> TextLengths:
         lab = byte_bound(labels.byte_lengths(), 2, label_seq)
         how = f"bounded by their utf-8 lengths ({recipe.encoder.name}'s tokenizer is not on this machine)"
     else:
-        q = longest_tokenized(queries, tokenizer, seq)
-        lab = longest_tokenized(labels, tokenizer, label_seq)
+        q = longest_prepared(prepared, "train", tokenizer, seq, progress)
+        lab = longest_prepared(prepared, "labels", tokenizer, label_seq, progress)
         how = f"measured with {recipe.encoder.name}'s tokenizer"
     return TextLengths(
         max(q, 1), max(lab, 1), True, f"longest texts of {ds.name}: queries {q}, labels {lab} tokens, {how}"
@@ -296,6 +296,7 @@ def plan_recipe(
     gpu_mem_gb: float | None = None,
     utilisation: float = 0.4,
     lengths: TextLengths | None = None,
+    progress: bool = False,
 ) -> Plan:
     """Estimate memory and time of ``recipe`` on ``num_gpus`` x ``gpu`` (defaults: the recipe's
     ``hardware.num_gpus`` and ``hardware.gpu``, the GPU its paper used; A100-40GB where it names none)."""
@@ -312,7 +313,7 @@ def plan_recipe(
     params = recipe.method.params()
     enc = encoder_size(recipe.encoder.name)
     h, layers = enc.hidden, enc.layers
-    lengths = text_lengths(recipe) if lengths is None else lengths
+    lengths = text_lengths(recipe, progress) if lengths is None else lengths
     seq, label_seq = lengths.query, lengths.label
     batch = int(recipe.training.batch_size)
     notes = [
