@@ -8,7 +8,10 @@
 #    rescore vs the bare float32 matmul), 10k x 100k and 10k x 1M labels x 384-d;
 # 3. `python -m benchmarks --only train_gpu`: one epoch of each supervised method at its paper's batch
 #    and pool sizes, DistilBERT-shaped encoder (random weights), 100k labels, bf16; peak memory per step
-#    next to `xmcbench plan`'s estimate.
+#    next to `xmcbench plan`'s estimate;
+# 4. `benchmarks/bench_activations.py`: a DistilBERT-shaped encoder's activations per token and layer
+#    at 32-512 tokens, next to the plan's 0.8 x (34 h + 5 a s): does the fused attention keep the
+#    5 a s term? (It decides the plan's long-text estimates.)
 #
 # Python packages the machine lacks can come as wheels in .whl/ (installed into /tmp/site), and the
 # encoder's tokenizer as a folder in .gpu/tokenizer (a copy of MiniLM's: bert-base-uncased's vocabulary).
@@ -43,4 +46,5 @@ step() {  # name, limit in seconds, command...
 step tests "${GPU_TESTS_S:-60}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/search/test_exact.py tests/train/test_gradcache.py tests/train/test_autocast_and_rng.py tests/losses/test_loss_registry.py
 step search "${GPU_SEARCH_S:-120}" python3 -m benchmarks --only search_gpu --repeat 2 --json "$out/search-gpu.json"
 step train "${GPU_TRAIN_S:-380}" python3 -m benchmarks --only train_gpu --tokenizer "$tokenizer" --json "$out/train-gpu.json"
+step activations "${GPU_ACT_S:-60}" python3 benchmarks/bench_activations.py --device cuda --json "$out/activations-gpu.json"
 cp /tmp/xmcbench-train-gpu-*.json "$out/" 2>/dev/null || true
