@@ -75,3 +75,16 @@ def test_encode_autocasts_as_the_recipe_says(monkeypatch):
     seen.clear()
     enc.encode(["a"], device="cpu")
     assert seen == ["fp32"]  # the default: a caller that wants bf16 passes its run's precision
+
+
+def test_a_model_folder_without_tokenizer_files_is_refused(tiny_encoder_dir, tmp_path):
+    """transformers would build an all-[UNK] tokenizer from the config alone: a run must not train on it."""
+    import shutil
+
+    folder = tmp_path / "weights-only"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copyfile(f"{tiny_encoder_dir}/{name}", folder / name)
+    with pytest.raises(XmcbenchError, match="has a model but no tokenizer files"):
+        TextEncoder(str(folder))
+    assert TextEncoder(tiny_encoder_dir).tokenizer("hello")["input_ids"] != [101, 100, 102]  # the real one

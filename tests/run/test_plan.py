@@ -247,3 +247,31 @@ def test_without_the_tokenizer_here_the_texts_utf8_lengths_bound_them():
     assert lengths.query == min(512, int(ds.query_texts("train").byte_lengths().max()) + 3)
     assert lengths.label == 8  # capped
     assert lengths.measured and "bounded by their utf-8 lengths" in lengths.how
+
+
+def test_a_model_folder_without_tokenizer_files_is_bounded_by_bytes_not_read_as_unknown_words(tmp_path):
+    """transformers builds an all-[UNK] tokenizer from a config alone; plan must not measure with it."""
+    from xmcbench.data import load_dataset
+    from xmcbench.run.plan import text_lengths
+
+    folder = tmp_path / "config-only"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps({"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2})
+    )
+    recipe = load_recipe("recipes/smoke/unidec.yaml", [*SMALL, f"encoder.name={folder}", "encoder.max_length=512"])
+    ds = load_dataset("plan-synth", synthetic=recipe.dataset.synthetic.model_dump(), progress=False)
+    lengths = text_lengths(recipe)
+    assert "no tokenizer of" in lengths.how
+    assert lengths.query == int(ds.query_texts("train").byte_lengths().max()) + 3
+
+
+def test_gpu_count_and_memory_must_make_sense():
+    recipe = load_recipe("recipes/smoke/dexml.yaml")
+    for bad in (0, -3):
+        with pytest.raises(XmcbenchError, match="--num-gpus must be between 1 and 4096"):
+            plan_recipe(recipe, num_gpus=bad)
+    with pytest.raises(XmcbenchError, match="--gpu-mem is GB per device, more than 0"):
+        plan_recipe(recipe, gpu="custom", gpu_mem_gb=-5)
+    result = CliRunner().invoke(app, ["plan", "recipes/smoke/dexml.yaml", "--gpu-mem", "0"])
+    assert result.exit_code != 0 and "--gpu-mem is GB per device" in result.output

