@@ -118,7 +118,10 @@ def test_prepared_if_current_reads_only_what_is_prepared(synth_dataset):
     assert prepared_if_current("EURLex-4K") is None  # catalogued, not downloaded
     assert sorted(p.relative_to(home) for p in home.rglob("*")) == before  # it made nothing
     load_dataset("synth-test", progress=False)
-    assert prepared_if_current("SYNTH-TEST").meta == load_dataset("synth-test", progress=False).meta
+    before = {p.relative_to(home): p.stat().st_mtime_ns for p in home.rglob("*")}
+    found = prepared_if_current("SYNTH-TEST")
+    assert {p.relative_to(home): p.stat().st_mtime_ns for p in home.rglob("*")} == before  # found: still nothing made
+    assert found.meta == load_dataset("synth-test", progress=False).meta
 
 
 def test_prepared_if_current_checks_synthetic_parameters():

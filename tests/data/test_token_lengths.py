@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from xmcbench.data.prepared import TextColumn
-from xmcbench.data.token_lengths import byte_bound, longest_tokenized
+from xmcbench.data.token_lengths import generous_byte_lengths, longest_tokenized
+from xmcbench.errors import XmcbenchError
 
 TEXTS = [
     "",
@@ -126,12 +129,56 @@ def test_the_scan_goes_on_while_a_shorter_text_could_still_have_more_tokens(toke
     assert longest_tokenized(_column(texts), tokenizer, 512) == _brute_force(tokenizer, texts, 512)
 
 
-def test_an_empty_column_and_the_byte_bound():
+def _expanding(normalizer: str):
+    """A byte-level BPE whose normalizer lengthens text (NFKC: "½" -> "1⁄2", "ﷺ" -> 18 letters;
+    NFC + Lowercase: "İ" -> "i̇"), as XLM-R / mT5 / CLIP-like tokenizers have."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = (
+        normalizers.NFKC()
+        if normalizer == "nfkc"
+        else normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
+    )
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(["aaaa " * 10, "hello world", "the quick brown fox"] * 5, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+@pytest.mark.parametrize(("normalizer", "text"), [("nfkc", "½" * 10), ("nfkc", "ﷺ" * 10), ("lower", "İ" * 10)])
+def test_normalizers_that_lengthen_text_are_applied_before_the_bound(normalizer, text):
+    """A text with more tokens than its raw bytes allow, behind 64 byte-longer texts of few tokens:
+    bounding raw bytes would stop after them and miss it."""
+    tokenizer = _expanding(normalizer)
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    assert len(tokenizer(text)["input_ids"]) > len(text.encode()) + specials + 1  # the case is what it claims
+    texts = ["," * (len(text.encode()) + 1)] * 64 + [text]
+    assert longest_tokenized(_column(texts), tokenizer, 512) == _brute_force(tokenizer, texts, 512)
+
+
+def test_a_max_length_with_no_room_for_text_is_refused(tokenizer):
+    """At max_length <= the special tokens, tokenizers do not truncate at all: no padded length is known."""
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    with pytest.raises(XmcbenchError, match=f"max_length {specials} leaves no room for text"):
+        longest_tokenized(_column(["hello world " * 50]), tokenizer, specials)
+
+
+def test_an_empty_column_and_the_generous_byte_bound():
     assert longest_tokenized(_column([]), _wordpiece(), 32) == 0
-    lengths = np.array([3, 10, 7])
-    assert byte_bound(lengths, specials=2, cap=128) == 13
-    assert byte_bound(lengths, specials=2, cap=12) == 12
-    assert byte_bound(np.array([], dtype=np.int64), specials=2, cap=12) == 3
+    texts = ["abc", "½½", "ﷺ", "İ", ""]
+    assert generous_byte_lengths(_column(texts)).tolist() == [3, 10, 33, 3, 0]  # NFKC/NFKD, lowercased
+    for normalizer in ("nfkc", "lower"):  # bounds every tokenizer above, read or not
+        tokenizer = _expanding(normalizer)
+        for text, bound in zip(texts, generous_byte_lengths(_column(texts))):
+            assert len(tokenizer(text)["input_ids"]) <= bound + 3
 
 
 def test_a_prepared_datasets_longest_texts_are_remembered_by_tokenizer_and_cap(synth_dataset, monkeypatch):
@@ -157,6 +204,25 @@ def test_a_prepared_datasets_longest_texts_are_remembered_by_tokenizer_and_cap(s
             longest_prepared(ds, "labels", tokenizer, 4)  # another cap
         with pytest.raises(AssertionError, match="measured again"):
             longest_prepared(ds, "labels", _trained("byte-bpe"), 512)  # another tokenizer
+
+    memo = json.loads((ds.path / CACHE_NAME).read_text())
+    stale = {**memo, "prepared": "another-version:then"}  # another preparation's figures: not read
+    (ds.path / CACHE_NAME).write_text(json.dumps(stale))
+    with monkeypatch.context() as m:
+        m.setattr(token_lengths, "longest_tokenized", not_again)
+        with pytest.raises(AssertionError, match="measured again"):
+            longest_prepared(ds, "labels", tokenizer, 512)
+
+    def prepared_meanwhile(*args, **kwargs):  # the folder now holds another preparation
+        (ds.path / "meta.json").write_text(json.dumps({**ds.meta, "prepared_at": "later"}))
+        return 7
+
+    (ds.path / CACHE_NAME).unlink()
+    with monkeypatch.context() as m:
+        m.setattr(token_lengths, "longest_tokenized", prepared_meanwhile)
+        assert longest_prepared(ds, "labels", tokenizer, 512) == 7
+    assert not (ds.path / CACHE_NAME).exists()  # its figure is not left for the new data
+    (ds.path / "meta.json").write_text(json.dumps(ds.meta))
 
     (ds.path / CACHE_NAME).write_text("[not a memo")  # damaged: measured again, and rewritten
     assert longest_prepared(ds, "labels", tokenizer, 4) == 4

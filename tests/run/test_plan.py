@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from xmcbench.cli import app
 from xmcbench.errors import XmcbenchError
 from xmcbench.run import load_recipe
+from xmcbench.run import plan as plan_module
 from xmcbench.run.plan import LOGIT_TENSORS, encoder_size, plan_recipe
 
 DEXML_13M = "recipes/dexml/lf-amazontitles-1.3m-all-negatives.yaml"
@@ -156,7 +157,7 @@ def test_each_paper_setting_is_planned_on_the_hardware_its_paper_ran_it_on(path)
     assert p.gpu == recipe.hardware.gpu and p.num_gpus == recipe.hardware.num_gpus
     if recipe.encoder.max_length <= 64:
         assert p.fits, (path, p.per_device_gb, p.memory_gb)
-    assert not p.lengths_measured and all("an upper bound" in w for w in p.warnings())
+    assert p.lengths_bound == "every text at max_length" and all("an upper bound" in w for w in p.warnings())
 
 
 def test_the_gpu_option_overrides_the_recipes_and_unknown_gpus_are_refused(tmp_path):
@@ -212,7 +213,8 @@ def test_texts_are_counted_at_their_longest_once_the_dataset_is_prepared():
         "recipes/smoke/unidec.yaml", [*SMALL, "encoder.max_length=512", "encoder.label_max_length=256"]
     )
     before = plan_recipe(recipe, gpu="tiny", gpu_mem_gb=0.2)
-    assert not before.lengths_measured
+    assert before.lengths_bound == "every text at max_length"
+    assert any("(a run makes it; plan then measures" in n for n in before.notes)  # synthetic: not downloaded
     assert any("texts counted at max_length (512 / 256 tokens), an upper bound" in n for n in before.notes)
     assert "will not fit with every text at max_length (an upper bound)" in before.warnings()[0]
 
@@ -222,9 +224,9 @@ def test_texts_are_counted_at_their_longest_once_the_dataset_is_prepared():
     label = _longest(tokenizer, ds.label_texts(), 256)
     assert query < 512 and label < 256  # short synthetic texts: the measurement matters
     lengths = text_lengths(recipe)
-    assert (lengths.query, lengths.label, lengths.measured) == (query, label, True)
+    assert (lengths.query, lengths.label, lengths.bound) == (query, label, "")
     after = plan_recipe(recipe, gpu="tiny", gpu_mem_gb=0.2)
-    assert after.lengths_measured and any(
+    assert after.lengths_bound == "" and any(
         f"queries {query}, labels {label} tokens, measured with" in n for n in after.notes
     )
     activations = "activations (queries + pool labels), bf16"
@@ -232,7 +234,7 @@ def test_texts_are_counted_at_their_longest_once_the_dataset_is_prepared():
     assert all("upper bound" not in w for w in after.warnings())
 
 
-def test_without_the_tokenizer_here_the_texts_utf8_lengths_bound_them():
+def test_without_the_tokenizer_here_the_texts_utf8_lengths_bound_them(monkeypatch):
     """An encoder known only by its Hub id (nothing cached, offline): the longest texts' utf-8 lengths
     plus the special tokens bound their token counts."""
     from xmcbench.data import load_dataset
@@ -243,10 +245,13 @@ def test_without_the_tokenizer_here_the_texts_utf8_lengths_bound_them():
         [*SMALL, "encoder.name=bert-base-uncased", "encoder.max_length=512", "encoder.label_max_length=8"],
     )
     ds = load_dataset("plan-synth", synthetic=recipe.dataset.synthetic.model_dump(), progress=False)
+    monkeypatch.setattr(plan_module, "_local_tokenizer", lambda name, revision: None)  # whatever HF's cache holds
     lengths = text_lengths(recipe)
-    assert lengths.query == min(512, int(ds.query_texts("train").byte_lengths().max()) + 3)
+    assert lengths.query == min(512, int(ds.query_texts("train").byte_lengths().max()) + 3)  # ASCII texts
     assert lengths.label == 8  # capped
-    assert lengths.measured and "bounded by their utf-8 lengths" in lengths.how
+    assert lengths.bound == "texts at a bound from their utf-8 lengths" and "bounded by their utf-8" in lengths.how
+    warning = plan_recipe(recipe, gpu="tiny", gpu_mem_gb=0.01, lengths=lengths).warnings()[0]
+    assert "with texts at a bound from their utf-8 lengths (an upper bound)" in warning
 
 
 def test_a_model_folder_without_tokenizer_files_is_bounded_by_bytes_not_read_as_unknown_words(tmp_path):
@@ -275,3 +280,30 @@ def test_gpu_count_and_memory_must_make_sense():
         plan_recipe(recipe, gpu="custom", gpu_mem_gb=-5)
     result = CliRunner().invoke(app, ["plan", "recipes/smoke/dexml.yaml", "--gpu-mem", "0"])
     assert result.exit_code != 0 and "--gpu-mem is GB per device" in result.output
+
+
+def test_maclr_is_planned_at_its_stage_one_step_and_its_step_counts():
+    """Stage I embeds each context twice (Eq. 3's dropout views), the instance titles and M label
+    texts; MACLR counts steps, not epochs; its label side (instance titles) is not measured."""
+    from xmcbench.run.plan import TextLengths
+
+    recipe = load_recipe("recipes/maclr.yaml")
+    p = plan_recipe(recipe, lengths=TextLengths(100, 20, "", ""))
+    assert p.gpu == "A100-80GB" and p.steps == 200_000  # Stage I + Stage II, zero-shot: no fine-tuning
+    tokens = 2 * 256 * 100 + (256 + 32) * 20
+    per_token = 0.8 * 12 * (34 * 768 + 5 * 12 * 100)
+    assert p.memory_gb["activations (contexts x2, titles, labels), bf16"] == pytest.approx(tokens * per_token / 1e9)
+    few = plan_recipe(
+        load_recipe("recipes/maclr/lf-amazon-131k-few-shot-1pct.yaml"), lengths=TextLengths(100, 20, "", "")
+    )
+    assert few.steps == 200_000 + few_shot_steps("recipes/maclr/lf-amazon-131k-few-shot-1pct.yaml")
+    one_view = plan_recipe(
+        load_recipe("recipes/maclr.yaml", ["method.label_regularisation=false"]), lengths=TextLengths(100, 20, "", "")
+    )
+    assert one_view.memory_gb["activations (contexts x2, titles, labels), bf16"] == pytest.approx(
+        (256 * 100 + 256 * 20) * per_token / 1e9
+    )
+
+
+def few_shot_steps(path: str) -> int:
+    return int(load_recipe(path).method_config().finetune_steps)

@@ -4,34 +4,37 @@ longest text (``padding=True``, as xmcbench's and the authors' loaders do) is at
 ``xmcbench plan`` sizes activations with it: a step's memory follows its widest batch, and over an
 epoch every text is in some batch, so the peak is set by the longest text of the dataset.
 
-Tokenising millions of texts to find one maximum is avoided: a text of ``b`` utf-8 bytes has at most
-``b + specials + 1`` tokens (every WordPiece, byte-level BPE or byte-fallback SentencePiece token
-covers at least one byte; SentencePiece may add one bare word-start piece), so texts are tokenised
-longest-first and the scan stops once no shorter text could beat the longest found, or the cap is
-reached. Batches grow from 64 texts, so a long-text column stops after tokenising its 64 longest;
-a titles column after the few texts longer than the cap.
+Tokenising millions of texts to find one maximum is avoided: every WordPiece, byte-level BPE or
+byte-fallback SentencePiece token covers at least one byte of the *normalized* text, and the
+pre-tokenizer may add one word-start piece, so a text whose normalized form has ``b`` utf-8 bytes has
+at most ``b + specials + 1`` tokens. Texts are tokenised longest-first and the scan stops once no
+shorter text could beat the longest found, or the cap is reached. Batches grow from 64 texts, so a
+long-text column stops after tokenising its 64 longest; a titles column after the few texts longer
+than the cap.
+
+Normalizers that can lengthen text (NFKC: "½" -> "1⁄2", "ﷺ" -> 18 letters; NFC/NFD; Lowercase:
+"İ" -> "i̇"; Replace, Prepend, SentencePiece's precompiled map) are applied to every text first, so
+the bound holds on what is tokenised; a Python tokenizer, whose normalizer cannot be read, has every
+text tokenised.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 
 import numpy as np
 
 from xmcbench import fsutil
+from xmcbench.errors import XmcbenchError
 from xmcbench.progress import task
 
-__all__ = ["byte_bound", "longest_prepared", "longest_tokenized"]
+__all__ = ["generous_byte_lengths", "longest_prepared", "longest_tokenized"]
 
 CACHE_NAME = "token_lengths.json"  # in the prepared dataset's folder: a new prepare starts it afresh
 
 FIRST_BATCH, LAST_BATCH = 64, 65536
-
-
-def byte_bound(byte_lengths: np.ndarray, specials: int, cap: int) -> int:
-    """An upper bound on the longest text's token count from its utf-8 length alone (no tokenizer)."""
-    longest = int(byte_lengths.max()) if len(byte_lengths) else 0
-    return min(cap, longest + specials + 1)
+CHUNK = 65536  # texts decoded at once when a length needs the text itself
 
 
 def longest_tokenized(texts, tokenizer, cap: int, progress: bool = False, what: str = "texts") -> int:
@@ -41,17 +44,22 @@ def longest_tokenized(texts, tokenizer, cap: int, progress: bool = False, what: 
     ``max(len(tokenizer(t, truncation=True, max_length=cap)["input_ids"]) for t in texts)``.
     ``progress``: a bar over the texts (the scan usually stops well before the end).
     """
-    byte_lengths = np.asarray(texts.byte_lengths())
-    if len(byte_lengths) == 0:
-        return 0
     specials = int(tokenizer.num_special_tokens_to_add(pair=False))
+    if cap <= specials:  # the tokenizer would not truncate at all: no length it could pad to is known
+        raise XmcbenchError(
+            f"max_length {cap} leaves no room for text next to the tokenizer's {specials} special tokens; "
+            f"use a max_length above {specials}"
+        )
+    if len(texts) == 0:
+        return 0
+    bound = _bytes_bounding_tokens(texts, tokenizer)  # None: no bound known, every text is tokenised
+    order = np.arange(len(texts)) if bound is None else np.argsort(-bound, kind="stable")  # longest first
     longest_of = _longest_of(tokenizer, cap)
-    order = np.argsort(-byte_lengths, kind="stable")  # longest first
     best, start, size = 0, 0, FIRST_BATCH
     with task(f"longest {what} in tokens", len(order), enabled=progress) as advance:
         while start < len(order):
             idx = order[start : start + size]
-            if int(byte_lengths[idx[0]]) + specials + 1 <= best:  # no text from here on can be longer
+            if bound is not None and int(bound[idx[0]]) + specials + 1 <= best:  # none left can be longer
                 break
             best = max(best, longest_of(texts[idx]))
             advance(len(idx))
@@ -61,29 +69,86 @@ def longest_tokenized(texts, tokenizer, cap: int, progress: bool = False, what: 
     return min(best, cap)
 
 
+def generous_byte_lengths(texts) -> np.ndarray:
+    """Per text, utf-8 bytes of its longest form under the normalizations tokenizers apply (as is,
+    NFKC, NFKD, lowercased): a bound on its tokens (less the specials and one) for a tokenizer that
+    cannot be read here. ASCII texts are their own bound."""
+    raw = np.asarray(texts.byte_lengths())
+    out = raw.copy()
+    for start in range(0, len(texts), CHUNK):
+        for i, text in enumerate(texts[start : start + CHUNK], start):
+            if not text.isascii():
+                out[i] = max(
+                    int(raw[i]),
+                    *(len(unicodedata.normalize(form, text).lower().encode("utf-8")) for form in ("NFKC", "NFKD")),
+                )
+    return out
+
+
 def longest_prepared(dataset, column: str, tokenizer, cap: int, progress: bool = False) -> int:
     """``longest_tokenized`` of a prepared dataset's ``column`` ("train" queries or "labels"),
-    remembered in the dataset's folder by tokenizer and cap (tens of seconds for a million texts
-    that are all shorter than the cap). A folder that cannot be written only loses the memo."""
+    remembered in the dataset's folder by the prepared data's version, tokenizer and cap (tens of
+    seconds for a million texts that are all shorter than the cap). The memo is written only while
+    the folder still holds the data measured; one that cannot be written is only lost."""
     from xmcbench.data.tokenized import tokenizer_fingerprint
 
     texts = dataset.label_texts() if column == "labels" else dataset.query_texts(column)
+    stamp = f"{dataset.version}:{dataset.meta.get('prepared_at', '')}"
     key = f"{column}:{cap}:{tokenizer_fingerprint(tokenizer)}"
     path = dataset.path / CACHE_NAME
-    try:
-        memo = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        memo = {}
-    if not isinstance(memo, dict):
-        memo = {}
+    memo = _read_json(path)
+    if memo.get("prepared") != stamp:  # another preparation of the data: nothing in it holds
+        memo = {"prepared": stamp}
     if isinstance(memo.get(key), int):
         return memo[key]
     longest = longest_tokenized(texts, tokenizer, cap, progress=progress, what=f"{dataset.name} {column} texts")
-    try:
-        fsutil.write_json(path, {**memo, key: longest})
-    except OSError:
-        pass
+    # Measuring can take a while: a dataset prepared again meanwhile must not get this figure.
+    if _read_json(dataset.path / "meta.json") == dataset.meta:
+        try:
+            fsutil.write_json(path, {**memo, key: longest})
+        except OSError:
+            pass
     return longest
+
+
+def _read_json(path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# Normalizers that never lengthen text in a way the bound misses (the reviewer-checked BERT family).
+_KEEPS_LENGTH = {"Strip", "StripAccents"}
+
+
+def _keeps_length(normalizer: dict | None) -> bool:
+    if normalizer is None:
+        return True
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        return all(_keeps_length(n) for n in normalizer.get("normalizers", []))
+    if kind == "BertNormalizer":  # lowercasing without stripping accents keeps "İ" -> "i̇"'s extra mark
+        return not normalizer.get("lowercase") or normalizer.get("strip_accents") is not False
+    return kind in _KEEPS_LENGTH
+
+
+def _bytes_bounding_tokens(texts, tokenizer) -> np.ndarray | None:
+    """Per text, bytes its tokens cannot exceed (less the specials and one): its utf-8 length, or
+    its normalized form's where the normalizer may lengthen text; None for a Python tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    raw = np.asarray(texts.byte_lengths())
+    if _keeps_length(json.loads(backend.to_str()).get("normalizer")):
+        return raw
+    normalize = backend.normalizer.normalize_str
+    out = raw.copy()
+    for start in range(0, len(texts), CHUNK):
+        for i, text in enumerate(texts[start : start + CHUNK], start):
+            out[i] = max(int(raw[i]), len(normalize(text).encode("utf-8")))
+    return out
 
 
 def _longest_of(tokenizer, cap: int):

@@ -127,7 +127,7 @@ class TextLengths:
 
     query: int
     label: int
-    measured: bool  # False: max_length itself, an upper bound (the dataset is not prepared here)
+    bound: str  # "" when measured with the encoder's tokenizer, else what the upper bound is
     how: str
 
 
@@ -153,32 +153,49 @@ def text_lengths(recipe, progress: bool = False) -> TextLengths:
     (with the encoder's tokenizer when it is on this machine, else bounded by the texts' utf-8
     lengths), else each side's max_length."""
     from xmcbench.data import prepared_if_current
-    from xmcbench.data.token_lengths import byte_bound, longest_prepared
+    from xmcbench.data.token_lengths import generous_byte_lengths, longest_prepared
 
     seq = int(recipe.encoder.max_length)
     label_seq = int(recipe.encoder.label_max_length or seq)
     ds = recipe.dataset
     prepared = prepared_if_current(ds.name, ds.synthetic.model_dump() if ds.synthetic is not None else None)
     if prepared is None:
+        get = "a run makes it" if ds.synthetic is not None else f"`xmcbench datasets download {ds.name}` fetches it"
         return TextLengths(
             seq,
             label_seq,
-            False,
+            "every text at max_length",
             f"texts counted at max_length ({seq} / {label_seq} tokens), an upper bound: {ds.name} is not "
-            f"prepared here (`xmcbench datasets download {ds.name}` downloads and prepares it; plan then measures them)",
+            f"prepared here ({get}; plan then measures its longest texts)",
         )
-    queries, labels = prepared.query_texts("train"), prepared.label_texts()
+    # MACLR's pre-training pairs contexts (<= the query texts) with instance titles, not label texts
+    measure_labels = recipe.method.name != "maclr"
     tokenizer = _local_tokenizer(recipe.encoder.name, recipe.encoder.revision)
     if tokenizer is None:
-        q = byte_bound(queries.byte_lengths(), 2, seq)
-        lab = byte_bound(labels.byte_lengths(), 2, label_seq)
+        specials = 2  # [CLS] and [SEP], or <s> and </s>
+
+        def longest(texts, cap: int) -> int:
+            return min(cap, int(generous_byte_lengths(texts).max(initial=0)) + specials + 1)
+
+        q = longest(prepared.query_texts("train"), seq)
+        lab = longest(prepared.label_texts(), label_seq) if measure_labels else label_seq
+        bound = "texts at a bound from their utf-8 lengths"
         how = f"bounded by their utf-8 lengths (no tokenizer of {recipe.encoder.name} could be loaded offline)"
     else:
         q = longest_prepared(prepared, "train", tokenizer, seq, progress)
-        lab = longest_prepared(prepared, "labels", tokenizer, label_seq, progress)
+        lab = longest_prepared(prepared, "labels", tokenizer, label_seq, progress) if measure_labels else label_seq
+        bound = "" if measure_labels else "instance titles at label_max_length"
         how = f"measured with {recipe.encoder.name}'s tokenizer"
+
+    def said(n: int, cap: int, measured: bool = True) -> str:
+        return f"{n}" + (" (max_length: not measured)" if not measured else " (= max_length)" if n >= cap else "")
+
     return TextLengths(
-        max(q, 1), max(lab, 1), True, f"longest texts of {ds.name}: queries {q}, labels {lab} tokens, {how}"
+        max(q, 1),
+        max(lab, 1),
+        bound,
+        f"longest texts of {ds.name}: queries {said(q, seq)}, labels {said(lab, label_seq, measure_labels)} "
+        f"tokens, {how}",
     )
 
 
@@ -203,7 +220,7 @@ class Plan:
     steps: int
     gpu_hours: float
     notes: list[str] = field(default_factory=list)
-    lengths_measured: bool = True  # False: texts counted at max_length, an upper bound
+    lengths_bound: str = ""  # "" when texts were measured, else the upper bound they were counted at
     advice: str = (
         "use more GPUs, a smaller training.batch_size, or a larger device"  # what to change if it will not fit
     )
@@ -219,7 +236,7 @@ class Plan:
     def warnings(self) -> list[str]:
         if self.fits:
             return []
-        bound = "" if self.lengths_measured else " with every text at max_length (an upper bound)"
+        bound = f" with {self.lengths_bound} (an upper bound)" if self.lengths_bound else ""
         return [
             f"will not fit{bound}: ~{self.per_device_gb:.1f} GB per device > {self.gpu_mem_gb:.0f} GB on "
             f"{self.gpu}; {self.advice}"
@@ -356,6 +373,16 @@ def plan_recipe(
         step_tokens = batch * seq * 3 + n_labels * label_seq * 4
         logits_flops = (4 if _blockwise(config, params) else 3) * 2 * batch * n_labels * h  # + scores again
         notes.append("all-negatives: every label is re-encoded each step (gradient cache), labels sharded over GPUs")
+    elif method == "maclr":
+        # Stage I holds the most: contexts twice (Eq. 3's two dropout views h and h+, each its own
+        # graph), the instance titles, and M label texts (Eq. 3's negatives)
+        regularised = bool(getattr(config, "label_regularisation", True))
+        negatives = int(getattr(config, "label_negatives", 32)) if regularised else 0
+        tokens = (2 if regularised else 1) * batch * seq + (batch + negatives) * label_seq
+        memory["activations (contexts x2, titles, labels), bf16"] = tokens * per_token / GB
+        memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * (batch + negatives) * 4 / GB
+        step_tokens = tokens * 3
+        notes.append("MACLR Stage I (the largest step): two dropout views of each context, titles, label negatives")
     elif method in ("tfidf", "zero_shot"):
         memory = {"model (inference, fp32)": 4 * enc.params / GB, "label embeddings (fp32)": label_table}
         step_tokens = batch * seq
@@ -396,6 +423,10 @@ def plan_recipe(
     step_s = flops / (g * tflops * 1e12 * utilisation)
     epochs = int(recipe.training.epochs)
     steps = epochs * math.ceil(n_train / batch) if method not in ("tfidf", "zero_shot") else 0
+    if method == "maclr":  # counted in steps, not epochs
+        pretrain = bool(getattr(config, "pretrain", True))
+        steps = (int(config.stage1_steps) + int(config.stage2_steps) * bool(config.self_training)) * pretrain
+        steps += int(config.finetune_steps) if recipe.supervision.mode != "zero_shot" else 0
     notes.append(f"step time assumes {utilisation:.0%} of the {gpu}'s bf16 peak ({tflops:.0f} TFLOPS)")
     return Plan(
         recipe=recipe.name,
@@ -417,7 +448,7 @@ def plan_recipe(
         steps=steps,
         gpu_hours=step_s * steps * g / 3600,
         notes=notes,
-        lengths_measured=lengths.measured,
+        lengths_bound=lengths.bound,
         advice=_advice(method, regime, config),
     )
 
