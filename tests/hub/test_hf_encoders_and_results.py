@@ -244,3 +244,37 @@ def test_a_hub_recipe_runs_against_its_checkpoint(hub, run_copy, tiny_encoder_di
     result = run_recipe(recipe, runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
     assert result.record["status"] == "finished" and result.record["model"]["encoder"] == f"hf://{repo}"
     assert any(r["path"].startswith(f"/{repo}/resolve/{sha}/") for r in hub.requests)
+
+
+def test_plan_reads_an_hf_encoders_config_and_tokenizer_never_its_weights(hub, tiny_encoder_dir, tmp_path, monkeypatch):
+    import huggingface_hub.constants as c
+
+    from xmcbench.data import load_dataset
+    from xmcbench.run import load_recipe
+    from xmcbench.run.plan import encoder_size, plan_recipe
+
+    sha = _publish_encoder(hub, tiny_encoder_dir)
+    recipe_path = tmp_path / "zs.yaml"
+    recipe_path.write_text(
+        "name: zs-hub-plan\n"
+        "dataset: {name: synth-hub-plan, synthetic: {labels: 40, train: 80, test: 20, seed: 1}}\n"
+        "supervision: {mode: zero_shot}\n"
+        "method: {name: zero_shot}\n"
+        "encoder: {name: 'hf://authors/tiny-encoder@main', max_length: 256}\n"
+    )
+    recipe = load_recipe(recipe_path)
+    load_dataset("synth-hub-plan", synthetic=recipe.dataset.synthetic.model_dump(), progress=False)
+    plan = plan_recipe(recipe)
+    local = encoder_size(tiny_encoder_dir)
+    assert (plan.encoder_params, plan.hidden) == (local.params, local.hidden)
+    assert any("measured with hf://authors/tiny-encoder@main's tokenizer" in n for n in plan.notes)
+    snapshot = paths.home() / "hub" / "models--authors--tiny-encoder" / "snapshots" / sha
+    assert (snapshot / "config.json").is_file() and not (snapshot / "model.safetensors").exists()  # no weights
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: the cached config and tokenizer are enough
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    assert plan_recipe(recipe).per_device_gb == plan.per_device_gb
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(recipe_path.read_text().replace("authors/tiny-encoder", "authors/not-fetched"))
+    with pytest.raises(XmcbenchError, match="HF_HUB_OFFLINE=1 is set"):
+        plan_recipe(load_recipe(missing))

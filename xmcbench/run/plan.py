@@ -6,8 +6,10 @@
 
 An estimate on paper, from:
 
-* the encoder's size: ``transformers.AutoConfig`` of a local folder, else a table of known Hub ids
-  (offline, a Hub id cannot be loaded; an unknown one is an error that says to pass a folder);
+* the encoder's size: ``transformers.AutoConfig`` of a local folder or of an ``hf://`` checkpoint's
+  config (from xmcbench's Hub cache, or fetched alone, without the weights, when online), else a
+  table of known Hub ids (a bare Hub id is never loaded; an unknown one is an error that says to
+  pass a folder);
 * the dataset's size: the catalogue's counts (``paper_counts``) or the synthetic section's;
 * the recipe: method, regime, batch size, gradient-cache chunk, shortlist/pool sizes, max length,
   epochs, GPUs;
@@ -131,14 +133,26 @@ class TextLengths:
     how: str
 
 
+# What plan reads of an hf:// checkpoint: its config and tokenizer, never the weights.
+HUB_PLAN_FILES = ["config.json", "tokenizer*", "vocab*", "merges.txt", "special_tokens_map.json", "*.model"]
+
+
+def encoder_source(name: str, revision: str | None = None) -> str:
+    """Where plan reads an encoder: for ``hf://ORG/NAME[@REV]``, its snapshot in xmcbench's Hub cache
+    with the config and tokenizer only (fetched when online and not cached; the weights are left
+    for the run); any other name as it is."""
+    from xmcbench.encoders.hub_ref import download_checkpoint, is_hub_ref
+
+    if not is_hub_ref(name):
+        return name
+    return str(download_checkpoint(name, revision, allow_patterns=HUB_PLAN_FILES).path)
+
+
 def _local_tokenizer(name: str, revision: str | None):
     """The encoder's tokenizer when it is on this machine (a folder, a packaged model, the Hub cache),
-    else None. Never downloads: a plan is made before a run, offline or not."""
-    from xmcbench.encoders.hub_ref import is_hub_ref
+    else None. Never downloads a Hub id (an hf:// encoder comes as its ``encoder_source`` folder)."""
     from xmcbench.encoders.text_encoder import has_vocabulary, resolve_model_path
 
-    if is_hub_ref(name):
-        return None
     try:
         from transformers import AutoTokenizer
 
@@ -170,7 +184,8 @@ def text_lengths(recipe, progress: bool = False) -> TextLengths:
         )
     # MACLR's pre-training pairs contexts (<= the query texts) with instance titles, not label texts
     measure_labels = recipe.method.name != "maclr"
-    tokenizer = _local_tokenizer(recipe.encoder.name, recipe.encoder.revision)
+    source = encoder_source(recipe.encoder.name, recipe.encoder.revision)
+    tokenizer = _local_tokenizer(source, recipe.encoder.revision if source == recipe.encoder.name else None)
     if tokenizer is None:
         specials = 2  # [CLS] and [SEP], or <s> and </s>
 
@@ -333,7 +348,7 @@ def plan_recipe(
     name, n_train, n_labels = _dataset_counts(recipe)
     method = recipe.method.name
     params = recipe.method.params()
-    enc = encoder_size(recipe.encoder.name)
+    enc = encoder_size(encoder_source(recipe.encoder.name, recipe.encoder.revision))
     h, layers = enc.hidden, enc.layers
     lengths = text_lengths(recipe, progress) if lengths is None else lengths
     seq, label_seq = lengths.query, lengths.label
