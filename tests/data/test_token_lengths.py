@@ -129,6 +129,95 @@ def test_the_scan_goes_on_while_a_shorter_text_could_still_have_more_tokens(toke
     assert longest_tokenized(_column(texts), tokenizer, 512) == _brute_force(tokenizer, texts, 512)
 
 
+def _byte_bpe(normalizer, add_prefix_space: bool = False, template: str = "<s> $A </s>"):
+    """A byte-level BPE (RoBERTa / GPT-2 family) trained here, with ``normalizer``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(["aaaa " * 10, "hello world", "the quick brown fox"] * 5, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single=template, special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def _metaspace_byte_fallback():
+    """SentencePiece-like BPE with byte fallback and no bare "▁" piece: a space costs 3 byte tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for ch in "abcdefghijklmnopqrstuvwxyz,":
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 1), ("</s>", 2)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def _unusual(case: str):
+    from tokenizers import normalizers
+
+    if case == "bert-normalizer-chinese":
+        return _byte_bpe(normalizers.BertNormalizer(lowercase=False)), "中" * 10
+    if case == "bert-normalizer-lowercase":
+        return _byte_bpe(normalizers.BertNormalizer(lowercase=True, handle_chinese_chars=False)), "Ⱥ" * 10
+    if case == "bert-normalizer-strip-accents":
+        return _byte_bpe(normalizers.BertNormalizer(lowercase=False, strip_accents=True)), "한" * 10
+    if case == "metaspace-byte-fallback":
+        return _metaspace_byte_fallback(), "a " * 10
+    if case == "prefix-per-added-token":
+        tok = _byte_bpe(None, add_prefix_space=True)
+        tok.add_tokens(["|"])
+        return tok, "a|" * 10
+    return _wordpiece_text_twice(), "," * 10
+
+
+def _wordpiece_text_twice():
+    """MiniLM's WordPiece with a template that emits the text twice."""
+    from tokenizers import Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_str(_wordpiece().backend_tokenizer.to_str())
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP] $A", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "bert-normalizer-chinese",
+        "bert-normalizer-lowercase",
+        "bert-normalizer-strip-accents",
+        "metaspace-byte-fallback",
+        "prefix-per-added-token",
+        "text-twice",
+    ],
+)
+def test_tokenizers_with_more_tokens_than_bytes_are_scanned_far_enough(case):
+    """BertNormalizer in front of a byte-level model, Metaspace spaces that fall back to 3 byte tokens,
+    a word-start piece per segment between added tokens, a template repeating the text: each has a
+    text of more tokens than bytes + specials + 1, behind 64 byte-longer texts of few tokens."""
+    tokenizer, text = _unusual(case)
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    assert len(tokenizer(text)["input_ids"]) > len(text.encode()) + specials + 1  # the case is what it claims
+    size = len(text.encode())
+    filler = "a " * (size // 2 + 1) if case == "text-twice" else "," * (size + 1)  # more bytes, fewer tokens
+    assert _brute_force(tokenizer, [filler], 512) < _brute_force(tokenizer, [text], 512)
+    texts = [filler] * 64 + [text]
+    assert longest_tokenized(_column(texts), tokenizer, 512) == _brute_force(tokenizer, texts, 512)
+
+
 def _expanding(normalizer: str):
     """A byte-level BPE whose normalizer lengthens text (NFKC: "½" -> "1⁄2", "ﷺ" -> 18 letters;
     NFC + Lowercase: "İ" -> "i̇"), as XLM-R / mT5 / CLIP-like tokenizers have."""

@@ -300,9 +300,26 @@ def test_maclr_is_planned_at_its_stage_one_step_and_its_step_counts():
     one_view = plan_recipe(
         load_recipe("recipes/maclr.yaml", ["method.label_regularisation=false"]), lengths=TextLengths(100, 20, "", "")
     )
-    assert one_view.memory_gb["activations (contexts x2, titles, labels), bf16"] == pytest.approx(
+    assert one_view.memory_gb["activations (contexts, titles), bf16"] == pytest.approx(
         (256 * 100 + 256 * 20) * per_token / 1e9
     )
+    # zero-shot pre-trains whatever method.pretrain says: it has nothing else to train on
+    unset = plan_recipe(load_recipe("recipes/maclr.yaml", ["method.pretrain=false"]), lengths=TextLengths(1, 1, "", ""))
+    assert unset.steps == 200_000
+
+
+def test_maclr_contexts_are_not_measured_on_a_titles_only_dataset():
+    """MACLR's contexts are title + body; on a dataset whose query texts are titles, those would
+    understate them, so contexts (and titles and labels, never measured) count at max_length."""
+    from xmcbench.data import load_dataset
+    from xmcbench.run.plan import text_lengths
+
+    recipe = load_recipe("recipes/maclr.yaml", [*SMALL, "encoder.name=all-MiniLM-L6-v2", "method.k0=16"])
+    ds = load_dataset("plan-synth", synthetic=recipe.dataset.synthetic.model_dump(), progress=False)
+    assert ds.query_text == "title"
+    lengths = text_lengths(recipe)
+    assert (lengths.query, lengths.label) == (288, 64) and lengths.bound
+    assert "contexts 288 (max_length: not measured), titles and labels 64 (max_length: not measured)" in lengths.how
 
 
 def few_shot_steps(path: str) -> int:

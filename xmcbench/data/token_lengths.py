@@ -4,18 +4,22 @@ longest text (``padding=True``, as xmcbench's and the authors' loaders do) is at
 ``xmcbench plan`` sizes activations with it: a step's memory follows its widest batch, and over an
 epoch every text is in some batch, so the peak is set by the longest text of the dataset.
 
-Tokenising millions of texts to find one maximum is avoided: every WordPiece, byte-level BPE or
-byte-fallback SentencePiece token covers at least one byte of the *normalized* text, and the
-pre-tokenizer may add one word-start piece, so a text whose normalized form has ``b`` utf-8 bytes has
-at most ``b + specials + 1`` tokens. Texts are tokenised longest-first and the scan stops once no
-shorter text could beat the longest found, or the cap is reached. Batches grow from 64 texts, so a
-long-text column stops after tokenising its 64 longest; a titles column after the few texts longer
-than the cap.
+Tokenising millions of texts to find one maximum is avoided with a per-text bound ``u`` on its tokens
+(less the specials and one), read from the tokenizer's own config:
 
-Normalizers that can lengthen text (NFKC: "½" -> "1⁄2", "ﷺ" -> 18 letters; NFC/NFD; Lowercase:
-"İ" -> "i̇"; Replace, Prepend, SentencePiece's precompiled map) are applied to every text first, so
-the bound holds on what is tokenised; a Python tokenizer, whose normalizer cannot be read, has every
-text tokenised.
+* WordPiece behind a BERT-style pre-tokenizer (BERT, DistilBERT, MiniLM, MPNet, E5): every token
+  covers at least one character of the normalized text, so ``u`` is its utf-8 length;
+* any other model (byte-level BPE, SentencePiece): 3 x that length (a Metaspace "▁" of 3 bytes may
+  stand for a 1-byte space and fall back to 3 byte tokens; a word-start piece may open each segment
+  between added tokens);
+* normalizers that can lengthen text (NFKC: "½" -> "1⁄2", "ﷺ" -> 18 letters; NFC/NFD; Lowercase;
+  BertNormalizer in front of a byte-level model; Replace, Prepend, precompiled maps) are applied to
+  every text first;
+* a Python tokenizer, or a template that repeats the text, has no bound: every text is tokenised.
+
+Texts are tokenised in decreasing ``u`` and the scan stops once no remaining text could beat the
+longest found, or the cap is reached. Batches grow from 64 texts, so a long-text column stops after
+tokenising its 64 longest; a titles column after the few texts longer than the cap.
 """
 
 from __future__ import annotations
@@ -119,36 +123,61 @@ def _read_json(path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-# Normalizers that never lengthen text in a way the bound misses (the reviewer-checked BERT family).
+# A WordPiece model splits normalized text on whitespace and punctuation into pieces of at least one
+# character each: tokens <= bytes. BertNormalizer qualifies only in front of WordPiece (checked over
+# every code point and flag setting): for byte-level models its Chinese-character spacing, NFD accent
+# stripping and lowercasing add bytes that become tokens.
+_WORDPIECE_PRE = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit", "Punctuation", "Digits"}
 _KEEPS_LENGTH = {"Strip", "StripAccents"}
+# Other models: a Metaspace "▁" (3 bytes) may replace a 1-byte space and fall back to 3 byte tokens,
+# and a word-start piece may be added to each segment between added tokens: at most 3 tokens a byte.
+OTHER_TOKENS_PER_BYTE = 3
 
 
-def _keeps_length(normalizer: dict | None) -> bool:
-    if normalizer is None:
-        return True
-    kind = normalizer.get("type")
-    if kind == "Sequence":
-        return all(_keeps_length(n) for n in normalizer.get("normalizers", []))
-    if kind == "BertNormalizer":  # lowercasing without stripping accents keeps "İ" -> "i̇"'s extra mark
-        return not normalizer.get("lowercase") or normalizer.get("strip_accents") is not False
-    return kind in _KEEPS_LENGTH
+def _types(node: dict | None, key: str) -> list[str]:
+    """The component types of a normalizer / pre-tokenizer config, through Sequences."""
+    if not node:
+        return []
+    if node.get("type") == "Sequence":
+        return [t for child in node.get(key, []) for t in _types(child, key)]
+    return [node.get("type", "")]
+
+
+def _text_repeats(processor: dict | None) -> bool:
+    """Whether the post-processor emits the text more than once (a template with $A twice)."""
+    if not processor:
+        return False
+    if processor.get("type") == "Sequence":
+        return any(_text_repeats(p) for p in processor.get("processors", []))
+    single = processor.get("single", []) if processor.get("type") == "TemplateProcessing" else []
+    return sum(1 for item in single if "Sequence" in item) > 1
 
 
 def _bytes_bounding_tokens(texts, tokenizer) -> np.ndarray | None:
-    """Per text, bytes its tokens cannot exceed (less the specials and one): its utf-8 length, or
-    its normalized form's where the normalizer may lengthen text; None for a Python tokenizer."""
+    """Per text, a number its tokens cannot exceed (less the specials and one), or None when no bound
+    is known and every text must be tokenised (a Python tokenizer; a template repeating the text).
+
+    WordPiece behind a BERT-style pre-tokenizer: the text's utf-8 bytes (after its normalizer when
+    that is not BertNormalizer, Strip or StripAccents). Any other model: 3 x the normalized bytes."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
+    config = json.loads(backend.to_str())
+    if _text_repeats(config.get("post_processor")):
+        return None
+    wordpiece = (config.get("model") or {}).get("type") == "WordPiece" and set(
+        _types(config.get("pre_tokenizer"), "pretokenizers")
+    ) <= _WORDPIECE_PRE
+    safe = _KEEPS_LENGTH | ({"BertNormalizer"} if wordpiece else set())
     raw = np.asarray(texts.byte_lengths())
-    if _keeps_length(json.loads(backend.to_str()).get("normalizer")):
-        return raw
-    normalize = backend.normalizer.normalize_str
-    out = raw.copy()
-    for start in range(0, len(texts), CHUNK):
-        for i, text in enumerate(texts[start : start + CHUNK], start):
-            out[i] = max(int(raw[i]), len(normalize(text).encode("utf-8")))
-    return out
+    out = raw
+    if not set(_types(config.get("normalizer"), "normalizers")) <= safe:
+        normalize = backend.normalizer.normalize_str
+        out = raw.copy()
+        for start in range(0, len(texts), CHUNK):
+            for i, text in enumerate(texts[start : start + CHUNK], start):
+                out[i] = max(int(raw[i]), len(normalize(text).encode("utf-8")))
+    return out if wordpiece else OTHER_TOKENS_PER_BYTE * out
 
 
 def _longest_of(tokenizer, cap: int):

@@ -117,6 +117,11 @@ def hub_error_message(exc: BaseException, action: str, retry: str = "try again")
         hint = "repo not found, or private and the token cannot see it (set HF_TOKEN or `hf auth login`)"
     elif status == 403:
         hint = "the token has no write access to this repo (403): use a token with write permission"
+    elif type(exc).__name__ == "IncompleteSnapshotError" and os.environ.get("HF_HUB_OFFLINE") == "1":
+        hint = (
+            "HF_HUB_OFFLINE=1 is set and the cached snapshot lacks files (`xmcbench plan` fetches only an "
+            "encoder's config and tokenizer, not its weights); run it once with the Hub reachable"
+        )
     elif isinstance(exc, (OfflineModeIsEnabled, LocalEntryNotFoundError)) and os.environ.get("HF_HUB_OFFLINE") == "1":
         hint = "HF_HUB_OFFLINE=1 is set (and nothing usable is cached); unset it to reach the Hub"
     elif isinstance(exc, HfHubHTTPError) and status is not None:

@@ -134,7 +134,15 @@ class TextLengths:
 
 
 # What plan reads of an hf:// checkpoint: its config and tokenizer, never the weights.
-HUB_PLAN_FILES = ["config.json", "tokenizer*", "vocab*", "merges.txt", "special_tokens_map.json", "*.model"]
+HUB_PLAN_FILES = [
+    "config.json",
+    "tokenizer*",
+    "vocab*",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "*.model",
+]
 
 
 def encoder_source(name: str, revision: str | None = None) -> str:
@@ -162,10 +170,10 @@ def _local_tokenizer(name: str, revision: str | None):
     return tokenizer if has_vocabulary(tokenizer) else None  # a folder without tokenizer files
 
 
-def text_lengths(recipe, progress: bool = False) -> TextLengths:
+def text_lengths(recipe, progress: bool = False, source: str | None = None) -> TextLengths:
     """The recipe's padded query and label lengths: measured on its dataset when it is prepared here
-    (with the encoder's tokenizer when it is on this machine, else bounded by the texts' utf-8
-    lengths), else each side's max_length."""
+    (with the encoder's tokenizer when it can be loaded, else bounded by the texts' utf-8 lengths),
+    else each side's max_length. ``source``: the encoder's ``encoder_source`` when already known."""
     from xmcbench.data import prepared_if_current
     from xmcbench.data.token_lengths import generous_byte_lengths, longest_prepared
 
@@ -182,9 +190,12 @@ def text_lengths(recipe, progress: bool = False) -> TextLengths:
             f"texts counted at max_length ({seq} / {label_seq} tokens), an upper bound: {ds.name} is not "
             f"prepared here ({get}; plan then measures its longest texts)",
         )
-    # MACLR's pre-training pairs contexts (<= the query texts) with instance titles, not label texts
-    measure_labels = recipe.method.name != "maclr"
-    source = encoder_source(recipe.encoder.name, recipe.encoder.revision)
+    # MACLR's pre-training pairs contexts (title + body: the query texts, where those hold the
+    # content) with instance titles and label texts, which plan does not measure
+    maclr = recipe.method.name == "maclr"
+    measure_labels = not maclr
+    measure_queries = not maclr or prepared.query_text != "title"
+    source = source or encoder_source(recipe.encoder.name, recipe.encoder.revision)
     tokenizer = _local_tokenizer(source, recipe.encoder.revision if source == recipe.encoder.name else None)
     if tokenizer is None:
         specials = 2  # [CLS] and [SEP], or <s> and </s>
@@ -192,25 +203,27 @@ def text_lengths(recipe, progress: bool = False) -> TextLengths:
         def longest(texts, cap: int) -> int:
             return min(cap, int(generous_byte_lengths(texts).max(initial=0)) + specials + 1)
 
-        q = longest(prepared.query_texts("train"), seq)
+        q = longest(prepared.query_texts("train"), seq) if measure_queries else seq
         lab = longest(prepared.label_texts(), label_seq) if measure_labels else label_seq
         bound = "texts at a bound from their utf-8 lengths"
-        how = f"bounded by their utf-8 lengths (no tokenizer of {recipe.encoder.name} could be loaded offline)"
+        how = f"bounded by their utf-8 lengths (no tokenizer of {recipe.encoder.name} could be loaded here)"
     else:
-        q = longest_prepared(prepared, "train", tokenizer, seq, progress)
+        q = longest_prepared(prepared, "train", tokenizer, seq, progress) if measure_queries else seq
         lab = longest_prepared(prepared, "labels", tokenizer, label_seq, progress) if measure_labels else label_seq
-        bound = "" if measure_labels else "instance titles at label_max_length"
+        bound = "" if measure_labels and measure_queries else "the texts it does not measure at max_length"
         how = f"measured with {recipe.encoder.name}'s tokenizer"
 
-    def said(n: int, cap: int, measured: bool = True) -> str:
+    def said(n: int, cap: int, measured: bool) -> str:
         return f"{n}" + (" (max_length: not measured)" if not measured else " (= max_length)" if n >= cap else "")
 
+    side = "contexts" if maclr else "queries"
+    other = "titles and labels" if maclr else "labels"
     return TextLengths(
         max(q, 1),
         max(lab, 1),
         bound,
-        f"longest texts of {ds.name}: queries {said(q, seq)}, labels {said(lab, label_seq, measure_labels)} "
-        f"tokens, {how}",
+        f"longest texts of {ds.name}: {side} {said(q, seq, measure_queries)}, "
+        f"{other} {said(lab, label_seq, measure_labels)} tokens, {how}",
     )
 
 
@@ -348,9 +361,10 @@ def plan_recipe(
     name, n_train, n_labels = _dataset_counts(recipe)
     method = recipe.method.name
     params = recipe.method.params()
-    enc = encoder_size(encoder_source(recipe.encoder.name, recipe.encoder.revision))
+    source = encoder_source(recipe.encoder.name, recipe.encoder.revision)
+    enc = encoder_size(source)
     h, layers = enc.hidden, enc.layers
-    lengths = text_lengths(recipe, progress) if lengths is None else lengths
+    lengths = text_lengths(recipe, progress, source) if lengths is None else lengths
     seq, label_seq = lengths.query, lengths.label
     batch = int(recipe.training.batch_size)
     notes = [
@@ -394,10 +408,15 @@ def plan_recipe(
         regularised = bool(getattr(config, "label_regularisation", True))
         negatives = int(getattr(config, "label_negatives", 32)) if regularised else 0
         tokens = (2 if regularised else 1) * batch * seq + (batch + negatives) * label_seq
-        memory["activations (contexts x2, titles, labels), bf16"] = tokens * per_token / GB
+        held = "contexts x2, titles, labels" if regularised else "contexts, titles"
+        memory[f"activations ({held}), bf16"] = tokens * per_token / GB
         memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * (batch + negatives) * 4 / GB
         step_tokens = tokens * 3
-        notes.append("MACLR Stage I (the largest step): two dropout views of each context, titles, label negatives")
+        notes.append(
+            "MACLR at its largest step, Stage I's: "
+            + ("two dropout views of each context, titles, label negatives" if regularised else "contexts, titles")
+            + " (Stage II and fine-tuning steps hold less and are counted at this cost)"
+        )
     elif method in ("tfidf", "zero_shot"):
         memory = {"model (inference, fp32)": 4 * enc.params / GB, "label embeddings (fp32)": label_table}
         step_tokens = batch * seq
@@ -439,9 +458,10 @@ def plan_recipe(
     epochs = int(recipe.training.epochs)
     steps = epochs * math.ceil(n_train / batch) if method not in ("tfidf", "zero_shot") else 0
     if method == "maclr":  # counted in steps, not epochs
-        pretrain = bool(getattr(config, "pretrain", True))
-        steps = (int(config.stage1_steps) + int(config.stage2_steps) * bool(config.self_training)) * pretrain
-        steps += int(config.finetune_steps) if recipe.supervision.mode != "zero_shot" else 0
+        zero_shot = recipe.supervision.mode == "zero_shot"
+        pretrains = zero_shot or bool(config.pretrain)  # zero-shot has nothing else to train on
+        steps = (int(config.stage1_steps) + int(config.stage2_steps) * bool(config.self_training)) * pretrains
+        steps += 0 if zero_shot else int(config.finetune_steps)
     notes.append(f"step time assumes {utilisation:.0%} of the {gpu}'s bf16 peak ({tflops:.0f} TFLOPS)")
     return Plan(
         recipe=recipe.name,
