@@ -77,15 +77,22 @@ def generous_byte_lengths(texts) -> np.ndarray:
     """Per text, utf-8 bytes of its longest form under the normalizations tokenizers apply (as is,
     NFKC, NFKD, lowercased): a bound on its tokens (less the specials and one) for a tokenizer that
     cannot be read here. ASCII texts are their own bound."""
+
+    def longest_form(text: str) -> int:
+        if text.isascii():
+            return 0
+        return max(len(unicodedata.normalize(form, text).lower().encode("utf-8")) for form in ("NFKC", "NFKD"))
+
+    return _lengths_after(texts, longest_form)
+
+
+def _lengths_after(texts, normalized_bytes) -> np.ndarray:
+    """Per text, the larger of its utf-8 length and ``normalized_bytes(text)``."""
     raw = np.asarray(texts.byte_lengths())
     out = raw.copy()
     for start in range(0, len(texts), CHUNK):
         for i, text in enumerate(texts[start : start + CHUNK], start):
-            if not text.isascii():
-                out[i] = max(
-                    int(raw[i]),
-                    *(len(unicodedata.normalize(form, text).lower().encode("utf-8")) for form in ("NFKC", "NFKD")),
-                )
+            out[i] = max(int(raw[i]), normalized_bytes(text))
     return out
 
 
@@ -169,14 +176,11 @@ def _bytes_bounding_tokens(texts, tokenizer) -> np.ndarray | None:
         _types(config.get("pre_tokenizer"), "pretokenizers")
     ) <= _WORDPIECE_PRE
     safe = _KEEPS_LENGTH | ({"BertNormalizer"} if wordpiece else set())
-    raw = np.asarray(texts.byte_lengths())
-    out = raw
-    if not set(_types(config.get("normalizer"), "normalizers")) <= safe:
+    if set(_types(config.get("normalizer"), "normalizers")) <= safe:
+        out = np.asarray(texts.byte_lengths())
+    else:
         normalize = backend.normalizer.normalize_str
-        out = raw.copy()
-        for start in range(0, len(texts), CHUNK):
-            for i, text in enumerate(texts[start : start + CHUNK], start):
-                out[i] = max(int(raw[i]), len(normalize(text).encode("utf-8")))
+        out = _lengths_after(texts, lambda text: len(normalize(text).encode("utf-8")))
     return out if wordpiece else OTHER_TOKENS_PER_BYTE * out
 
 
