@@ -1,13 +1,13 @@
 """Activation memory of a DistilBERT-shaped encoder per token and layer, by sequence length, next to
-``xmcbench plan``'s model of it (``ACTIVATION_SCALE x (34 h + 5 a s)`` bytes, Korthikanti et al.).
+``xmcbench plan``'s model of it (``xmcbench.run.plan.activation_bytes``, fitted on this script's H100 run).
 
     python benchmarks/bench_activations.py --device cuda --seqs 32,64,128,256,512   # benchmarks/gpu.sh
     python benchmarks/bench_activations.py --device cpu --tokens 4096 --seqs 32,128
 
-Why: the plan's 5 a s term is the attention matrix kept for backward (scores, softmax, dropout
-mask). A fused attention kernel (PyTorch's SDPA on a GPU: flash or memory-efficient) keeps none of
-it, so at 256-512 tokens the plan may count up to 1.7x the real activations. Its scale (0.8) was
-fitted on H200 peaks at 32 tokens, where the term is 7%. This measures the term directly.
+Why: Korthikanti et al.'s 34 h + 5 a s bytes count the attention matrix kept for backward (scores,
+softmax, dropout mask), which a fused attention kernel (PyTorch's SDPA on a GPU) never stores. On an
+H100 (benchmarks/results/activations-gpu-h100.json) the kept bytes were 42.5 h + 2 s from 32 to 512
+tokens: no a s term, and more per h than 34 (autocast keeps float32 copies). The plan uses that.
 
 On CUDA: memory allocated after a bf16-autocast forward in train mode (what backward will read),
 less the same for a 1 x 8 batch (the autocast weight copies), per token and layer. On a CPU the
@@ -71,7 +71,7 @@ def _kept_bytes(model, batch: int, seq: int, device: str) -> int:
 
 def measure(seqs, tokens: int, device: str, hidden: int = 768, layers: int = 6, heads: int = 12) -> list[dict]:
     """One row per sequence length: kept bytes per token and layer, and the plan's figure."""
-    from xmcbench.run.plan import ACTIVATION_SCALE
+    from xmcbench.run.plan import activation_bytes
 
     model = _model(hidden, layers, heads, device)
     overhead = _kept_bytes(model, 1, 8, device)
@@ -80,7 +80,7 @@ def measure(seqs, tokens: int, device: str, hidden: int = 768, layers: int = 6, 
         batch = max(1, tokens // seq)
         kept = _kept_bytes(model, batch, seq, device) - overhead
         per = kept / (batch * seq * layers)
-        plan = ACTIVATION_SCALE * (34 * hidden + 5 * heads * seq)
+        plan = activation_bytes(hidden, seq)
         rows.append(
             {
                 "seq": seq,

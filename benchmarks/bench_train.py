@@ -240,7 +240,13 @@ def _plan(recipe) -> dict:
     gpu = next((d for d in DEVICES if d.split("-")[0] in words), "H200-141GB")
     memory_gb = torch.cuda.get_device_properties(0).total_memory / 1e9
     p = plan_recipe(recipe, gpu=gpu, num_gpus=1, gpu_mem_gb=memory_gb)
-    return {"plan_gb": p.per_device_gb, "plan_step_s": p.step_s, "plan_memory_gb": p.memory_gb}
+    return {
+        "plan_gb": p.per_device_gb,
+        "plan_step_s": p.step_s,
+        "plan_memory_gb": p.memory_gb,
+        # what the plan counted the texts at, so tests can plan again without the data
+        "text_lengths": {"query": p.query_tokens, "label": p.label_tokens, "bound": p.lengths_bound},
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@
 # 3. `python -m benchmarks --only train_gpu`: one epoch of each supervised method at its paper's batch
 #    and pool sizes, DistilBERT-shaped encoder (random weights), 100k labels, bf16; peak memory per step
 #    next to `xmcbench plan`'s estimate;
+#    then DEXML's hard-negative regime at batch 512 (its 1.3M recipe's 8192 split over 16 GPUs; 8192 on
+#    one GPU does not fit);
 # 4. `benchmarks/bench_activations.py`: a DistilBERT-shaped encoder's activations per token and layer
 #    at 32-512 tokens, next to the plan's 0.8 x (34 h + 5 a s): does the fused attention keep the
 #    5 a s term? (It decides the plan's long-text estimates.)
@@ -45,6 +47,9 @@ step() {  # name, limit in seconds, command...
 
 step tests "${GPU_TESTS_S:-60}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/search/test_exact.py tests/train/test_gradcache.py tests/train/test_autocast_and_rng.py tests/losses/test_loss_registry.py
 step search "${GPU_SEARCH_S:-120}" python3 -m benchmarks --only search_gpu --repeat 2 --json "$out/search-gpu.json"
-step train "${GPU_TRAIN_S:-380}" python3 -m benchmarks --only train_gpu --tokenizer "$tokenizer" --json "$out/train-gpu.json"
+step train "${GPU_TRAIN_S:-300}" python3 -m benchmarks --only train_gpu --tokenizer "$tokenizer" --json "$out/train-gpu.json"
+step train_b512 "${GPU_B512_S:-90}" python3 benchmarks/bench_train.py --device cuda --encoder distilbert \
+    --tokenizer "$tokenizer" --labels 100000 --train 2048 --batch 512 --epochs 1 --precision auto \
+    --methods dexml_hard --method-timeout 80 --out "$out/train-gpu-b512.json"
 step activations "${GPU_ACT_S:-60}" python3 benchmarks/bench_activations.py --device cuda --json "$out/activations-gpu.json"
 cp /tmp/xmcbench-train-gpu-*.json "$out/" 2>/dev/null || true

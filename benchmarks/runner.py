@@ -395,6 +395,7 @@ def _search_gpu_shape(n: int, n_labels: int, d: int, repeat: int, device: str = 
     import torch
 
     from xmcbench.search import exact_topk
+    from xmcbench.search.exact import _TOPK_GROUP
 
     rows = []
     g = torch.Generator(device=device).manual_seed(0)
@@ -433,6 +434,14 @@ def _search_gpu_shape(n: int, n_labels: int, d: int, repeat: int, device: str = 
             max(1, repeat - 1),
         )
         sweep[m] = {"s": t, "redone": st["rows_redone"] / max(st["rows"], 1)}
+    groups, group_same = {}, {}  # the two-stage candidates' group width (0: one torch.topk over the block)
+    for width in (0, 16, 32, 64, 128, 256):
+        groups[width] = _cuda_seconds(
+            lambda width=width: exact_topk(q, keys, 100, device=device, backend="torch", group=width, matmul="bf16"),
+            repeat,
+        )
+        same_group = exact_topk(q, keys, 100, device=device, group=width).indices.reshape(n, 100)
+        group_same[width] = float(np.mean((same_group == got.indices.reshape(n, 100)).all(axis=1)))
     redone = stats["rows_redone"] / max(stats["rows"], 1)
     rows.append(
         row(
@@ -446,12 +455,15 @@ def _search_gpu_shape(n: int, n_labels: int, d: int, repeat: int, device: str = 
             notes=f"same top-100 as the float32 path: {same} ({same_rows:.2%} of rows; max |score diff| {gap:.1e}); "
             f"rows redone in "
             f"float32 {redone:.2%}; bare bf16 matmul {t_mm16:.4f} s; candidates sweep "
-            + ", ".join(f"{m}: {v['s']:.4f} s ({v['redone']:.1%} redone)" for m, v in sweep.items()),
+            + ", ".join(f"{m}: {v['s']:.4f} s ({v['redone']:.1%} redone)" for m, v in sweep.items())
+            + f"; default group {_TOPK_GROUP}, group sweep "
+            + ", ".join(f"{w}: {t:.4f} s ({group_same[w]:.2%} rows as the default)" for w, t in groups.items()),
             bf16_matmul_s=t_mm16,
             rows_redone=redone,
             same_as_fp32=same,
             same_rows=same_rows,
             candidates_sweep=sweep,
+            group_sweep=groups,
         )
     )
     rows.append(
@@ -669,6 +681,7 @@ def bench_train_gpu(cfg, tokenizer: str) -> list[dict]:
                     plan_gb=m.get("plan_gb"),
                     plan_memory_gb=m.get("plan_memory_gb"),
                     recipe=m.get("recipe"),
+                    text_lengths=m.get("text_lengths"),
                     steps=m["steps"],
                 )
             )

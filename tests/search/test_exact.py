@@ -112,10 +112,12 @@ def test_torch_tensors_in(backend):
     assert (a != b).nnz == 0
 
 
+@pytest.mark.parametrize("group", [None, 0, 6])  # 6: two stages, with and without a partial group
 @pytest.mark.parametrize("scale", [1.0, 1e-3, 1e4])
-def test_bf16_candidates_give_the_float32_top_k(scale):
+def test_bf16_candidates_give_the_float32_top_k(scale, group):
     """Continuous scores: the bf16 candidates, rescored, are the float32 top-k; the bound accepts
-    nearly every row (the redo is for near-ties), at any embedding scale."""
+    nearly every row (the redo is for near-ties), at any embedding scale, however the candidates
+    are picked."""
     rng = np.random.default_rng(11)
     q = (rng.standard_normal((150, 48)) * scale).astype(np.float32)
     keys = rng.standard_normal((4000, 48)).astype(np.float32)
@@ -123,16 +125,75 @@ def test_bf16_candidates_give_the_float32_top_k(scale):
     for ex, chunking in ((None, {}), (exclude, {"chunk_size": 40, "label_chunk_size": 900})):
         ref = exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="fp32", exclude=ex, **chunking)
         stats = {}
-        got = exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="bf16", exclude=ex, stats=stats, **chunking)
+        got = exact_topk(
+            q, keys, 20, device="cpu", backend="torch", matmul="bf16", exclude=ex, stats=stats, group=group, **chunking
+        )
         np.testing.assert_array_equal(got.indptr, ref.indptr)
         np.testing.assert_array_equal(got.indices, ref.indices)
         np.testing.assert_allclose(got.data, ref.data, rtol=1e-5, atol=1e-6 * scale)
         assert stats["rows"] == 150 * (1 if ex is None else 5) and stats["rows_redone"] <= 0.05 * stats["rows"]
     # Too few candidates for the bound: every row is redone in float32, and the answer is the same.
     stats = {}
-    few = exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="bf16", candidates=20, stats=stats)
+    few = exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="bf16", candidates=20, stats=stats, group=group)
     assert (few != exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="fp32")).nnz == 0
     assert stats["rows_redone"] > 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(("width", "m", "group"), [(97, 5, 4), (96, 5, 4), (200, 30, 3), (50, 20, 4), (64, 3, 0)])
+def test_two_stage_candidates_keep_torch_topks_contract(width, m, group, dtype):
+    """The candidates hold m distinct columns whose values are the block's m largest (as a
+    multiset, ties included), read from those columns: what torch.topk(sorted=False) promises.
+    Scores from a few integers tie in every row, across the groups' cut and the pool's."""
+    torch = pytest.importorskip("torch")
+    from xmcbench.search.exact import _candidate_topk
+
+    g = torch.Generator().manual_seed(width + m)
+    scores = torch.randint(-3, 4, (40, width), generator=g).to(getattr(torch, dtype))
+    scores[::7, width // 2 :] = float("-inf")  # excluded pairs
+    scores[3] = torch.arange(width)  # the best in the partial last group
+    values, columns = _candidate_topk(scores, m, group)
+    assert values.shape == columns.shape == (40, m)
+    assert bool((scores.gather(1, columns) == values).all())
+    assert all(len(set(row)) == m for row in columns.tolist())
+    want = torch.topk(scores.float(), m, dim=1).values
+    np.testing.assert_array_equal(values.float().sort(dim=1, descending=True).values.numpy(), want.numpy())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("width", [781 * 256, 200_003])  # whole groups; a partial last group
+def test_two_stage_candidates_on_a_gpu(width):
+    """The CUDA kernels (strided group maxima, expanded-index gather) at a width where the two
+    stages run with the default group: the same contract as on the CPU, bf16 scores that tie."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from xmcbench.search.exact import _TOPK_GROUP, _candidate_topk
+
+    g = torch.Generator(device="cuda").manual_seed(width)
+    scores = torch.randint(-50, 50, (300, width), generator=g, device="cuda").to(torch.bfloat16)
+    scores[7, -1] = 100  # the row's best, in the last group
+    values, columns = _candidate_topk(scores, 232, _TOPK_GROUP)
+    assert bool((scores.gather(1, columns) == values).all())
+    assert bool((columns.sort(dim=1).values.diff(dim=1) > 0).all())  # distinct columns
+    want = torch.topk(scores.float(), 232, dim=1).values
+    assert torch.equal(values.float().sort(dim=1, descending=True).values, want)
+    assert width - 1 in columns[7].tolist()
+
+
+def test_gpu_budget_is_a_share_of_free_memory_within_bounds(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from xmcbench.search import exact
+
+    for free, cells in ((80e9, exact._GPU_BUDGET_MAX), (12e9, int(12e9 // 24)), (2e9, exact._GPU_BUDGET)):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None, free=free: (int(free), int(80e9)))
+        assert exact._gpu_budget("cuda") == cells
+
+
+def test_group_is_checked():
+    q, keys = _integer_embeddings(12, n=3, n_labels=4)
+    with pytest.raises(XmcbenchError, match="group"):
+        exact_topk(q, keys, 2, matmul="bf16", group=-1)
 
 
 def test_bf16_search_leaves_the_matmul_flags_as_it_found_them():

@@ -20,7 +20,7 @@ An estimate on paper, from:
   and its warning say.
 
 Memory per device = model state (fp32 weights, grads and AdamW moments: 16 bytes a parameter) +
-activations (bf16, ~34·h bytes per token and layer + attention, x0.8 as measured) of what is
+activations (bf16 autocast: 42.5 h + 2 s bytes per token and layer, measured) of what is
 embedded with a graph at once + the method's label-side tensors + a 10% allocator margin:
 
 * DEXML all negatives: the larger of this GPU's share of the query batch and one gradient-cache
@@ -35,12 +35,19 @@ embedded with a graph at once + the method's label-side tensors + a 10% allocato
   tensors (DEXML's decoupled softmax: score blocks, as above); UniDEC also its classifier
   table with AdamW state.
 
-Step time = the step's FLOPs / (device peak x an assumed utilisation of 40%). Checked against the
-peaks recorded on an H200 (``benchmarks/results/train-gpu-h200.json``, ``tests/run/test_plan.py``):
-the memory estimate is within -10% / +70% of them (the pools' duplicates make it high); step time
-is a rough guide (the recorded steps took 1.2-2.0x the estimate). The DEXML rows there were recorded
-before the blockwise loss; its own memory is checked against CPU measurements
-(``benchmarks/results/dexml-loss-cpu-sparse.json``) until a GPU records them again.
+Step time = the step's FLOPs / (device peak x an assumed utilisation of 20%): what DistilBERT-shaped
+steps reached on an H100 (12-19% at 32 tokens) and what DEXML's own table gives (Table 8: 6.0-6.7 s
+a batch of 4096 at 131K labels on 4 A100s, gradient-cache chunks of 1024-4096; the plan of its
+recipe, chunks of 2048: 5.9 s). Checked against peaks and steps recorded on an
+H100 and an H200 (``benchmarks/results/train-gpu-h100.json``, ``train-gpu-h200.json``;
+``tests/run/test_plan.py``): memory within -10% / +70% of the peaks (the pools' duplicates make it
+high), step time within 0.5-2x.
+
+The activation cost is a measurement (``benchmarks/bench_activations.py --device cuda``, H100,
+``benchmarks/results/activations-gpu-h100.json``): 42.5 h + 2 s bytes per token and layer from 32 to
+512 tokens. Korthikanti et al.'s 34 h + 5 a s counts the attention matrix, which PyTorch's fused
+attention (SDPA) never stores; bf16 autocast keeps float32 copies of some tensors the formula
+counts in 16 bits, hence 42.5 h.
 """
 
 from __future__ import annotations
@@ -56,13 +63,20 @@ __all__ = ["DEVICES", "ENCODERS", "EncoderSize", "Plan", "TextLengths", "encoder
 
 GB = 1e9
 DEFAULT_GPU = "A100-40GB"  # for recipes that name no hardware.gpu
-# Measured peaks (benchmarks/results/train-gpu-h200.json: H200, DistilBERT shape, bf16 autocast,
-# 100k labels) against the bf16 formula: ~0.8 of its bytes per token, and ~12 float32 tensors of
-# (batch x labels) in a decoupled-softmax step (scores, targets, softmax terms and their gradients).
-ACTIVATION_SCALE = 0.8
+# Activations kept for backward per token and layer under bf16 autocast with fused attention: a
+# least-squares fit of 32-512 tokens on an H100 (benchmarks/results/activations-gpu-h100.json).
+ACTIVATION_BYTES_PER_H = 42.5
+ACTIVATION_BYTES_PER_S = 2.0
+# ~12 float32 tensors of (batch x labels) in a plain-autograd softmax step (scores, targets, softmax
+# terms and their gradients), measured on an H200 (train-gpu-h200.json, before the blockwise loss).
 LOGIT_TENSORS = 12
 # DEXML's decoupled softmax in label blocks (xmcbench.train.sharded_decoupled_softmax.BLOCK_CELLS)
 LOSS_BLOCK_CELLS = 1 << 24
+
+
+def activation_bytes(hidden: int, seq: int) -> float:
+    """Bytes one token keeps for backward in one encoder layer (bf16 autocast, fused attention)."""
+    return ACTIVATION_BYTES_PER_H * hidden + ACTIVATION_BYTES_PER_S * seq
 
 
 def blockwise_decoupled_softmax_gb(batch: int, labels: int) -> float:
@@ -249,6 +263,8 @@ class Plan:
     gpu_hours: float
     notes: list[str] = field(default_factory=list)
     lengths_bound: str = ""  # "" when texts were measured, else the upper bound they were counted at
+    query_tokens: int = 0  # the longest query and label as counted (padded batch widths)
+    label_tokens: int = 0
     advice: str = (
         "use more GPUs, a smaller training.batch_size, or a larger device"  # what to change if it will not fit
     )
@@ -340,7 +356,7 @@ def plan_recipe(
     gpu: str | None = None,
     num_gpus: int | None = None,
     gpu_mem_gb: float | None = None,
-    utilisation: float = 0.4,
+    utilisation: float = 0.2,
     lengths: TextLengths | None = None,
     progress: bool = False,
 ) -> Plan:
@@ -376,10 +392,7 @@ def plan_recipe(
 
     memory: dict[str, float] = {}
     memory["model + grads + AdamW (fp32)"] = 16 * enc.params / GB
-    # activations kept for backward per token and layer: Korthikanti et al.'s 34 h + 5 a s bytes for
-    # bf16, x ACTIVATION_SCALE as measured (H200, DistilBERT shape, bf16 autocast; module docstring)
-    heads = max(1, h // 64)
-    per_token = ACTIVATION_SCALE * layers * (34 * h + 5 * heads * seq)
+    per_token = layers * activation_bytes(h, seq)  # measured (module docstring)
     label_table = n_labels * h * 4 / GB
     classifier = 0.0
     logits_flops = 0.0
@@ -484,6 +497,8 @@ def plan_recipe(
         gpu_hours=step_s * steps * g / 3600,
         notes=notes,
         lengths_bound=lengths.bound,
+        query_tokens=seq,
+        label_tokens=label_seq,
         advice=_advice(method, regime, config),
     )
 

@@ -38,6 +38,15 @@ fails the test (near-ties at the cut, rare with real embeddings) is searched aga
 over that block. The result is the float32 top-k of every query: its scores come from a float32
 rescore whose sums run in another order than the full float32 product's, so a near-tie within
 float32 rounding may go either way (as it may between two float32 products).
+
+On wide blocks the m candidates are picked in two narrow top-ks instead of one over the whole
+block: the block's columns are cut into groups of g (256), the m groups with the largest maxima
+are kept, and the m best of their entries (plus the last, partial group) are the candidates. It is
+used when those groups hold under half the block (H100, 10k queries x 1M labels: 66-78 ms against
+106-117 ms for one torch.topk; at 100k labels, where the groups would hold more, one torch.topk is
+as fast: ``benchmarks/results/search-gpu-h100.json``). Nothing left out beats the m-th candidate, as
+the bound needs: an entry outside the kept groups is at most its own group's maximum, which is at
+most each of the m kept groups' maxima — m distinct entries of the pool.
 """
 
 from __future__ import annotations
@@ -50,8 +59,10 @@ from xmcbench.errors import XmcbenchError
 __all__ = ["exact_topk", "resolve_backend"]
 
 _CPU_BUDGET = 1 << 25  # score cells per block on CPU: 32M float32 = 128 MB (plus masks of the same shape)
-_GPU_BUDGET = 1 << 28  # on GPU: 256M cells = 1 GB
+_GPU_BUDGET = 1 << 28  # on GPU at least 256M cells = 1 GB; more when the GPU has it free (_gpu_budget)
+_GPU_BUDGET_MAX = 1 << 30  # 4 GB of float32 cells: a 10k x 100k bf16 search in one chunk
 _LABEL_BLOCK = 1 << 20  # labels per block when L is larger than this
+_TOPK_GROUP = 256  # columns per group of the bf16 candidates' two-stage top-k (0: one torch.topk)
 
 
 def exact_topk(
@@ -66,6 +77,7 @@ def exact_topk(
     label_chunk_size: int | None = None,
     matmul: str = "auto",
     candidates: int | None = None,
+    group: int | None = None,
     stats: dict | None = None,
 ) -> sp.csr_matrix:
     """Top-k labels of every query by inner product, as an (n, L) CSR of scores.
@@ -74,7 +86,8 @@ def exact_topk(
         queries: (n, d) query embeddings, numpy array or torch tensor.
         keys: (L, d) label embeddings, numpy array or torch tensor.
         k: labels kept per query (k > L keeps all L).
-        chunk_size: queries per block (default: from a memory budget of ~128 MB CPU / 1 GB GPU).
+        chunk_size: queries per block (default: from a memory budget of ~128 MB on a CPU, 1-4 GB on
+            a GPU by its free memory).
         device: torch device for the torch backend; None picks CUDA when available.
         backend: "auto" (faiss on CPU when installed, else torch), "torch" or "faiss".
         exclude: optional (n, L) sparse matrix of (query, label) pairs never to return.
@@ -83,6 +96,9 @@ def exact_topk(
             elsewhere), "fp32", or "bf16" (candidates rescored in float32: the same top-k).
         candidates: bf16 candidates kept per query and block before the rescore (default 2k + 32;
             4k for blocks of over 2^18 labels).
+        group: columns per group when the bf16 candidates are picked in two stages (default
+            ``_TOPK_GROUP``, chosen by ``python -m benchmarks --only search_gpu``; 0: one torch.topk
+            over the whole block). Any value gives the same answer; only the time changes.
         stats: a dict to fill with counts: "rows" (query x block pairs) and "rows_redone" (of those,
             searched again in float32 because a near-tie crossed the candidates' cut).
     """
@@ -110,11 +126,15 @@ def exact_topk(
         raise XmcbenchError(f"unknown matmul precision {matmul!r}; use 'auto', 'fp32' or 'bf16'")
     if candidates is not None and (not isinstance(candidates, (int, np.integer)) or candidates < k):
         raise XmcbenchError(f"candidates must be an integer >= k ({k}); got {candidates!r}")
+    if group is None:
+        group = _TOPK_GROUP
+    if not isinstance(group, (int, np.integer)) or group < 0:
+        raise XmcbenchError(f"group must be an integer >= 0 (0: one top-k over each block); got {group!r}")
     stats = stats if stats is not None else {}
     stats.update(rows=0, rows_redone=0)
     if backend == "torch":
         values, labels = _torch_topk(
-            queries, keys, k, chunk_size, label_chunk_size, device, exclude, matmul, candidates, stats
+            queries, keys, k, chunk_size, label_chunk_size, device, exclude, matmul, candidates, int(group), stats
         )
         return _to_csr(values, labels, n_labels, sorted_rows=True)
     elif backend == "faiss":
@@ -247,6 +267,31 @@ def _block_topk(scores, k: int):
     return values.gather(1, order), columns.gather(1, order)
 
 
+def _candidate_topk(scores, m: int, group: int):
+    """m entries of each row of a (B, C) block, none left out larger than the least kept (the
+    contract of ``torch.topk(sorted=False)``, whose choice among ties it need not share), picked
+    in two narrow top-ks over groups of ``group`` columns (the module docstring has the proof).
+    Returns (values, columns), each (B, m), in no particular order."""
+    import torch
+
+    rows, width = scores.shape
+    n_groups = width // group if group > 0 else 0
+    if n_groups < m or 2 * m * group > width:  # the pool would not be much narrower than the block
+        return torch.topk(scores, m, dim=1, sorted=False)
+    full = n_groups * group
+    grouped = scores[:, :full].view(rows, n_groups, group)  # (B, G, g), a view of the block
+    kept = torch.topk(grouped.amax(dim=2), m, dim=1, sorted=False).indices  # (B, m) groups
+    pool = grouped.gather(1, kept.unsqueeze(2).expand(rows, m, group)).view(rows, m * group)  # (B, m g)
+    if full < width:  # the partial last group joins the pool whole
+        pool = torch.cat([pool, scores[:, full:]], dim=1)  # (B, m g + C - full)
+    values, at = torch.topk(pool, m, dim=1, sorted=False)  # (B, m) positions in the pool
+    in_groups = at < m * group
+    slot = torch.where(in_groups, at, 0)
+    columns = kept.gather(1, slot // group) * group + slot % group
+    columns = torch.where(in_groups, columns, at - m * group + full)  # (B, m)
+    return values, columns
+
+
 def _merge(values, labels, k: int):
     """Best k of concatenated candidates, ordered by (value desc, label asc)."""
     import torch
@@ -261,7 +306,7 @@ _BF16_UNIT = 2.0**-8  # unit roundoff of bfloat16 (8 significand bits)
 _FP32_UNIT = 2.0**-24
 
 
-def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude, matmul, candidates, stats):
+def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude, matmul, candidates, group, stats):
     import torch
 
     device = _torch_device(device)
@@ -277,7 +322,7 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude,
         if (matmul == "bf16" or (matmul == "auto" and device.type == "cuda"))
         else None
     )
-    budget = _GPU_BUDGET if device.type == "cuda" else _CPU_BUDGET
+    budget = _gpu_budget(device) if device.type == "cuda" else _CPU_BUDGET
     per_query = label_block
     if half is not None:
         budget *= 2  # bf16 score blocks: twice the cells in the same memory, half the chunks
@@ -308,7 +353,7 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude,
                     values, columns = _block_topk(scores, kk)
                 else:
                     m = candidates or _default_candidates(k, hi - lo)
-                    values, columns = half.block_topk(q, q_half, scores, lo, hi, kk, excluded, m, stats)
+                    values, columns = half.block_topk(q, q_half, scores, lo, hi, kk, excluded, m, group, stats)
                 stats["rows"] += end - start
                 columns = columns + lo
                 if best_values is None:
@@ -321,6 +366,17 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude,
             out_values[start:end] = best_values.gather(1, by_label).cpu().numpy()
             out_labels[start:end] = best_labels.gather(1, by_label).cpu().numpy()
     return out_values, out_labels
+
+
+def _gpu_budget(device) -> int:
+    """Score cells per chunk on a GPU: about a quarter of its free memory once the block's scores
+    and the candidates' rescore are both held, between 1 GB and 4 GB. Each chunk costs a few
+    synchronisations and small kernels: at 10k x 100k on an H100, one chunk of 10k queries took
+    19.8 ms where the 1 GB budget's four took 31 ms (benchmarks/results/search-gpu-h100-profile.txt)."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(min(_GPU_BUDGET_MAX, max(_GPU_BUDGET, free // 24)))
 
 
 def _default_candidates(k: int, width: int) -> int:
@@ -407,7 +463,7 @@ class _Bf16Keys:
             self.block_norm[lo] = float(torch.linalg.vector_norm(rounded, dim=1).max())
             self.block_err[lo] = float(torch.linalg.vector_norm(keys[lo : lo + label_block] - rounded, dim=1).max())
 
-    def block_topk(self, q, q_half: _Bf16Queries, scores, lo: int, hi: int, k: int, excluded, m: int, stats):
+    def block_topk(self, q, q_half: _Bf16Queries, scores, lo: int, hi: int, k: int, excluded, m: int, group, stats):
         """Top-k of the block [lo, hi) by float32 scores, from bf16 candidates; ``scores`` is the
         (B, C) buffer the bf16 product is written into."""
         import torch
@@ -416,7 +472,7 @@ class _Bf16Keys:
         torch.mm(q_half.q, self.half[lo:hi].T, out=scores)  # (B, C) bf16
         _mask(scores, excluded, lo, hi)
         m = min(m, width)
-        cand_values, cand_cols = torch.topk(scores, m, dim=1, sorted=False)  # (B, m)
+        cand_values, cand_cols = _candidate_topk(scores, m, group)  # (B, m)
         keys = self.keys[lo:hi]
         rescored = torch.bmm(keys[cand_cols], q.unsqueeze(2)).squeeze(2)  # (B, m, d) @ (B, d, 1) -> (B, m)
         dropped = torch.isneginf(cand_values)  # excluded pairs stay out

@@ -1,0 +1,95 @@
+"""Where a 10k x 100k x 384-d exact top-100 search's time goes on a GPU (CUDA only; no output file):
+
+    python benchmarks/profile_search_gpu.py > profile.txt
+
+``exact_topk`` with other chunk sizes, group widths and candidate counts; the parts of one
+3016-query chunk timed alone (bf16 product, top-k variants, the rescore's gather and product); a
+torch.profiler table of the default call. Best of 7, the GPU synchronised around each.
+Recorded: ``benchmarks/results/search-gpu-h100-profile-before.txt`` (1 GB chunks) and
+``search-gpu-h100-profile.txt`` (chunks by free memory, two-stage candidates).
+"""
+
+import sys
+import time
+
+import torch
+
+from xmcbench.search import exact_topk
+from xmcbench.search.exact import _candidate_topk
+
+n, L, d = 10000, 100000, 384
+g = torch.Generator(device="cuda").manual_seed(0)
+q = torch.randn(n, d, device="cuda", generator=g)
+keys = torch.randn(L, d, device="cuda", generator=g)
+
+
+def t(fn, r=7):
+    fn()
+    torch.cuda.synchronize()
+    best = 1e9
+    for _ in range(r):
+        s = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - s)
+    return round(best * 1e3, 3)
+
+
+def fp32mm():
+    buf = torch.empty(2684 * L, device="cuda")
+    for s in range(0, n, 2684):
+        e = min(s + 2684, n)
+        torch.mm(q[s:e], keys.T, out=buf[: (e - s) * L].view(e - s, L))
+
+
+print("ms fp32 matmul (floor)", t(fp32mm), flush=True)
+for kw in (
+    {},
+    {"group": 0},
+    {"group": 32},
+    {"group": 256},
+    {"chunk_size": 1500},
+    {"chunk_size": 5000},
+    {"chunk_size": 10000},
+    {"chunk_size": 10000, "group": 0},
+    {"candidates": 160},
+    {"candidates": 200},
+):
+    st = {}
+    ms = t(lambda: exact_topk(q, keys, 100, device="cuda", stats=st, **kw))
+    print("ms exact_topk", kw, ms, st, flush=True)
+
+B, m = 3016, 232
+qh, kh = q[:B].bfloat16(), keys.bfloat16()
+S = torch.mm(qh, kh.T)
+print("chunk", B, flush=True)
+print("  bf16 mm", t(lambda: torch.mm(qh, kh.T, out=S)))
+print("  topk plain", t(lambda: torch.topk(S, m, dim=1, sorted=False)))
+for grp in (16, 32, 64, 128):
+    print("  topk group", grp, t(lambda: _candidate_topk(S, m, grp)))
+print("  amax g64", t(lambda: S[:, : L // 64 * 64].view(B, -1, 64).amax(dim=2)))
+G = S[:, : L // 64 * 64].view(B, -1, 64).amax(dim=2)
+print("  topk over groups", G.shape, t(lambda: torch.topk(G, m, dim=1, sorted=False)))
+P = torch.randn(B, m * 64, device="cuda").bfloat16()
+print("  topk over pool", P.shape, t(lambda: torch.topk(P, m, dim=1, sorted=False)))
+for kk in (100, 128, 232, 400):
+    print(
+        "  topk plain m",
+        kk,
+        t(lambda: torch.topk(S, kk, dim=1, sorted=False)),
+        "sorted",
+        t(lambda: torch.topk(S, kk, dim=1)),
+    )
+v, c = torch.topk(S, m, dim=1, sorted=False)
+print("  gather keys", t(lambda: keys[c]))
+K = keys[c]
+print("  bmm rescore", t(lambda: torch.bmm(K, q[:B].unsqueeze(2))))
+print("  einsum-free rescore (bf16 keys gathered)", t(lambda: torch.bmm(kh[c].float(), q[:B].unsqueeze(2))))
+print("  argsort+sort", t(lambda: torch.sort(torch.argsort(c, dim=1).float(), dim=1, descending=True, stable=True)))
+with torch.profiler.profile(
+    activities=[torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]
+) as prof:
+    exact_topk(q, keys, 100, device="cuda")
+    torch.cuda.synchronize()
+print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=22, max_name_column_width=60))
+sys.stdout.flush()
