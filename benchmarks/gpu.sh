@@ -12,8 +12,7 @@
 #    then DEXML's hard-negative regime at batch 512 (its 1.3M recipe's 8192 split over 16 GPUs; 8192 on
 #    one GPU does not fit);
 # 4. `benchmarks/bench_activations.py`: a DistilBERT-shaped encoder's activations per token and layer
-#    at 32-512 tokens, next to the plan's 0.8 x (34 h + 5 a s): does the fused attention keep the
-#    5 a s term? (It decides the plan's long-text estimates.)
+#    at 32-512 tokens, next to the plan's model (fitted on this step's H100 run: 42.5 h + 2 s bytes).
 #
 # Python packages the machine lacks can come as wheels in .whl/ (installed into /tmp/site), and the
 # encoder's tokenizer as a folder in .gpu/tokenizer (a copy of MiniLM's: bert-base-uncased's vocabulary).

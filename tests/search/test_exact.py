@@ -185,9 +185,31 @@ def test_gpu_budget_is_a_share_of_free_memory_within_bounds(monkeypatch):
     torch = pytest.importorskip("torch")
     from xmcbench.search import exact
 
-    for free, cells in ((80e9, exact._GPU_BUDGET_MAX), (12e9, int(12e9 // 24)), (2e9, exact._GPU_BUDGET)):
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 3 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2**30)  # 2 GiB cached, reusable
+    for free, cells in (
+        (80e9, exact._GPU_BUDGET_MAX),
+        (10e9, int((10e9 + 2**31) // 32)),
+        (4e9, exact._GPU_BUDGET),  # the 1 GB floor
+        (0.5e9, int((0.5e9 + 2**31) // 16)),  # under it: 1/16 of what is free
+    ):
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None, free=free: (int(free), int(80e9)))
         assert exact._gpu_budget("cuda") == cells
+
+
+def test_a_chunk_never_holds_2_to_the_31_score_cells(monkeypatch):
+    """On a GPU with room for 2^31 bf16 cells, a 2^20-label block would reach int32's limit."""
+    from xmcbench.search import exact
+
+    seen = []
+    monkeypatch.setattr(exact, "_CPU_BUDGET", 1 << 40)
+    monkeypatch.setattr(exact, "_MAX_BLOCK_CELLS", 200)
+    real_mask = exact._mask
+    monkeypatch.setattr(exact, "_mask", lambda scores, *a: (seen.append(scores.numel()), real_mask(scores, *a)))
+    q, keys = _integer_embeddings(21, n=50, n_labels=30)
+    got = exact_topk(q, keys, 5, backend="torch", device="cpu", matmul="fp32")
+    assert max(seen) <= 200 and len(seen) == 9  # 6 queries a chunk of 30 labels
+    assert _as_rows(got) == [sorted(row) for row in _brute(q, keys, 5)]
 
 
 def test_group_is_checked():

@@ -61,6 +61,7 @@ __all__ = ["exact_topk", "resolve_backend"]
 _CPU_BUDGET = 1 << 25  # score cells per block on CPU: 32M float32 = 128 MB (plus masks of the same shape)
 _GPU_BUDGET = 1 << 28  # on GPU at least 256M cells = 1 GB; more when the GPU has it free (_gpu_budget)
 _GPU_BUDGET_MAX = 1 << 30  # 4 GB of float32 cells: a 10k x 100k bf16 search in one chunk
+_MAX_BLOCK_CELLS = (1 << 31) - 1  # a score block's elements (a bf16 block at the budget's top reaches 2^31)
 _LABEL_BLOCK = 1 << 20  # labels per block when L is larger than this
 _TOPK_GROUP = 256  # columns per group of the bf16 candidates' two-stage top-k (0: one torch.topk)
 
@@ -329,6 +330,7 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude,
         m = min(candidates or _default_candidates(k, label_block), label_block)
         per_query = max(label_block, 2 * m * keys.shape[1])  # the rescore gathers (B, m, d) float32
     chunk = int(chunk_size or max(1, budget // per_query))
+    chunk = min(chunk, max(1, _MAX_BLOCK_CELLS // label_block))  # a block's cells stay countable in int32
     out_values = np.empty((n, k), dtype=np.float32)
     out_labels = np.empty((n, k), dtype=np.int64)
     buffer = None
@@ -369,14 +371,18 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude,
 
 
 def _gpu_budget(device) -> int:
-    """Score cells per chunk on a GPU: about a quarter of its free memory once the block's scores
-    and the candidates' rescore are both held, between 1 GB and 4 GB. Each chunk costs a few
-    synchronisations and small kernels: at 10k x 100k on an H100, one chunk of 10k queries took
-    19.8 ms where the 1 GB budget's four took 31 ms (benchmarks/results/search-gpu-h100-profile.txt)."""
+    """float32 score cells per chunk on a GPU (a bf16 block holds twice as many): 1/32 of its free
+    memory, torch's cached blocks included, so the scores and the candidates' rescore (or the
+    float32 redo) take about a quarter of it; at least 1 GB (1/16 of free memory when that is
+    less), at most 4 GB. Each chunk costs synchronisations and small kernels: at 10k x 100k on an
+    H100, in one process, chunks of 2,000-3,400 queries took 27 ms and chunks of 4,096-10,000
+    19.3-20.8 ms (``benchmarks/results/search-gpu-h100-modes.txt``; the 1 GB budget's chunks hold
+    ~3,000)."""
     import torch
 
     free, _ = torch.cuda.mem_get_info(device)
-    return int(min(_GPU_BUDGET_MAX, max(_GPU_BUDGET, free // 24)))
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # reusable cache
+    return int(min(_GPU_BUDGET_MAX, max(free // 32, min(_GPU_BUDGET, free // 16), 1 << 20)))
 
 
 def _default_candidates(k: int, width: int) -> int:
