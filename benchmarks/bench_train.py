@@ -245,7 +245,7 @@ def _plan(recipe) -> dict:
         "plan_step_s": p.step_s,
         "plan_memory_gb": p.memory_gb,
         # what the plan counted the texts at, so tests can plan again without the data
-        "text_lengths": {"query": p.query_tokens, "label": p.label_tokens, "bound": p.lengths_bound},
+        "text_lengths": {"query": p.lengths.query, "label": p.lengths.label, "bound": p.lengths.bound},
     }
 
 

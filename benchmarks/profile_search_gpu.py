@@ -1,6 +1,6 @@
 """Where a 10k x 100k x 384-d exact top-100 search's time goes on a GPU (CUDA only; no output file):
 
-    python benchmarks/profile_search_gpu.py > profile.txt
+    python -m benchmarks.profile_search_gpu > profile.txt
 
 ``exact_topk`` with other chunk sizes, group widths and candidate counts; the parts of one
 3016-query chunk timed alone (bf16 product, top-k variants, the rescore's gather and product); a
@@ -10,10 +10,10 @@ Recorded: ``benchmarks/results/search-gpu-h100-profile-before.txt`` (1 GB chunks
 """
 
 import sys
-import time
 
 import torch
 
+from benchmarks.runner import _cuda_seconds
 from xmcbench.search import exact_topk
 from xmcbench.search.exact import _candidate_topk
 
@@ -23,22 +23,15 @@ q = torch.randn(n, d, device="cuda", generator=g)
 keys = torch.randn(L, d, device="cuda", generator=g)
 
 
-def t(fn, r=7):
-    fn()
-    torch.cuda.synchronize()
-    best = 1e9
-    for _ in range(r):
-        s = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - s)
-    return round(best * 1e3, 3)
+def t(fn):
+    return round(_cuda_seconds(fn, 7) * 1e3, 3)  # ms
 
 
 def fp32mm():
-    buf = torch.empty(2684 * L, device="cuda")
-    for s in range(0, n, 2684):
-        e = min(s + 2684, n)
+    chunk = (1 << 28) // L  # the float32 search's 1 GB blocks, as the runner's floor
+    buf = torch.empty(chunk * L, device="cuda")
+    for s in range(0, n, chunk):
+        e = min(s + chunk, n)
         torch.mm(q[s:e], keys.T, out=buf[: (e - s) * L].view(e - s, L))
 
 

@@ -53,7 +53,7 @@ counts in 16 bits, hence 42.5 h.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from xmcbench.errors import XmcbenchError
@@ -262,12 +262,15 @@ class Plan:
     steps: int
     gpu_hours: float
     notes: list[str] = field(default_factory=list)
-    lengths_bound: str = ""  # "" when texts were measured, else the upper bound they were counted at
-    query_tokens: int = 0  # the longest query and label as counted (padded batch widths)
-    label_tokens: int = 0
+    lengths: TextLengths | None = None  # the longest query and label as counted (padded batch widths)
     advice: str = (
         "use more GPUs, a smaller training.batch_size, or a larger device"  # what to change if it will not fit
     )
+
+    @property
+    def lengths_bound(self) -> str:
+        """ "" when the texts were measured, else the upper bound they were counted at."""
+        return self.lengths.bound if self.lengths else ""
 
     @property
     def per_device_gb(self) -> float:
@@ -287,8 +290,10 @@ class Plan:
         ]
 
     def as_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items()}
-        out.update(per_device_gb=self.per_device_gb, fits=self.fits, warnings=self.warnings())
+        out = asdict(self)  # lengths as a nested dict
+        out.update(
+            lengths_bound=self.lengths_bound, per_device_gb=self.per_device_gb, fits=self.fits, warnings=self.warnings()
+        )
         return out
 
     def render(self) -> str:
@@ -496,9 +501,7 @@ def plan_recipe(
         steps=steps,
         gpu_hours=step_s * steps * g / 3600,
         notes=notes,
-        lengths_bound=lengths.bound,
-        query_tokens=seq,
-        label_tokens=label_seq,
+        lengths=lengths,
         advice=_advice(method, regime, config),
     )
 

@@ -276,9 +276,9 @@ def _candidate_topk(scores, m: int, group: int):
     import torch
 
     rows, width = scores.shape
-    n_groups = width // group if group > 0 else 0
-    if n_groups < m or 2 * m * group > width:  # the pool would not be much narrower than the block
+    if group == 0 or 2 * m * group > width:  # the pool would not be much narrower than the block
         return torch.topk(scores, m, dim=1, sorted=False)
+    n_groups = width // group  # >= 2m
     full = n_groups * group
     grouped = scores[:, :full].view(rows, n_groups, group)  # (B, G, g), a view of the block
     kept = torch.topk(grouped.amax(dim=2), m, dim=1, sorted=False).indices  # (B, m) groups
