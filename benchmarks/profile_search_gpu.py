@@ -3,14 +3,16 @@
     python -m benchmarks.profile_search_gpu > profile.txt
 
 ``exact_topk`` with other chunk sizes, group widths and candidate counts; the parts of one
-3016-query chunk timed alone (bf16 product, top-k variants, the rescore's gather and product); a
-torch.profiler table of the default call. Best of 7, the GPU synchronised around each.
+3016-query chunk timed alone (bf16 product, top-k variants, the rescore's gather and product); the
+result's copy to the host, as it was, as it is, and through pinned memory; a torch.profiler table of
+the default call. Best of 7, the GPU synchronised around each.
 Recorded: ``benchmarks/results/search-gpu-h100-profile-before.txt`` (1 GB chunks) and
 ``search-gpu-h100-profile.txt`` (chunks by free memory, two-stage candidates).
 """
 
 import sys
 
+import numpy as np
 import torch
 
 from benchmarks.runner import _cuda_seconds
@@ -79,6 +81,41 @@ K = keys[c]
 print("  bmm rescore", t(lambda: torch.bmm(K, q[:B].unsqueeze(2))))
 print("  einsum-free rescore (bf16 keys gathered)", t(lambda: torch.bmm(kh[c].float(), q[:B].unsqueeze(2))))
 print("  argsort+sort", t(lambda: torch.sort(torch.argsort(c, dim=1).float(), dim=1, descending=True, stable=True)))
+# The result's trip to the host, 10k x top-100: int64 labels through a fresh host tensor then numpy
+# (before 2026-11-26), int32 labels copied straight into the numpy arrays (now), and through a pinned
+# staging buffer (fresh, or kept across calls), the variant to adopt if it wins here.
+vals = torch.randn(n, 100, device="cuda")
+labs = torch.randint(0, L, (n, 100), device="cuda")
+
+
+def to_host_before():
+    out_v, out_l = np.empty((n, 100), np.float32), np.empty((n, 100), np.int64)
+    out_v[:] = vals.cpu().numpy()
+    out_l[:] = labs.cpu().numpy()
+
+
+def to_host_now():
+    out_v, out_l = np.empty((n, 100), np.float32), np.empty((n, 100), np.int32)
+    torch.from_numpy(out_v).copy_(vals)
+    torch.from_numpy(out_l).copy_(labs.to(torch.int32))
+
+
+kept = torch.empty((2, n, 100), dtype=torch.int32, pin_memory=True)
+
+
+def to_host_pinned(staging=None):
+    staging = torch.empty((2, n, 100), dtype=torch.int32, pin_memory=True) if staging is None else staging
+    staging[0].copy_(vals.view(torch.int32))
+    staging[1].copy_(labs.to(torch.int32))
+    out = staging.numpy().copy()
+    return out[0].view(np.float32), out[1]
+
+
+print("result to host (10k x 100)", flush=True)
+print("  before: int64, via .cpu()", t(to_host_before))
+print("  now: int32, into numpy", t(to_host_now))
+print("  pinned, fresh each call", t(to_host_pinned))
+print("  pinned, kept", t(lambda: to_host_pinned(kept)))
 with torch.profiler.profile(
     activities=[torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]
 ) as prof:

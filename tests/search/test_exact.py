@@ -66,6 +66,7 @@ def test_matches_brute_force_with_exact_ties(chunking, backend):
     q, keys = _integer_embeddings(0)
     got = exact_topk(q, keys, 8, device="cpu", **_backend(backend), **chunking)
     assert got.shape == (120, 90) and got.has_canonical_format and got.dtype == np.float32
+    assert got.indices.dtype == got.indptr.dtype == np.int32  # built narrow, not narrowed by scipy
     expected = _brute(q, keys, 8)
     assert _as_rows(got) == [sorted(row) for row in expected]  # ties at the k-th place: lower labels
     # Ranking the CSR with the metrics' convention gives back the brute-force order.
@@ -210,6 +211,18 @@ def test_a_chunk_never_holds_2_to_the_31_score_cells(monkeypatch):
     got = exact_topk(q, keys, 5, backend="torch", device="cpu", matmul="fp32")
     assert max(seen) <= 200 and len(seen) == 9  # 6 queries a chunk of 30 labels
     assert _as_rows(got) == [sorted(row) for row in _brute(q, keys, 5)]
+
+
+def test_index_dtype_widens_past_int32():
+    from xmcbench.search.exact import _index_dtype, _to_csr
+
+    assert _index_dtype(2**31 - 1, 10) == np.int32
+    assert _index_dtype(2**31, 10) == np.int64  # a label index past int32
+    assert _index_dtype(10, 2**31) == np.int64  # a row pointer past int32
+    # A -inf slot is dropped whatever dtype the labels come in.
+    values = np.array([[2.0, -np.inf], [1.0, 0.5]], dtype=np.float32)
+    got = _to_csr(values, np.array([[3, 0], [1, 2]], dtype=np.int64), 4, sorted_rows=True)
+    assert got.indices.dtype == np.int32 and got.indptr.tolist() == [0, 1, 3] and got.indices.tolist() == [3, 1, 2]
 
 
 def test_group_is_checked():
