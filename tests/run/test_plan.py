@@ -327,9 +327,10 @@ def test_maclr_is_planned_at_its_stage_one_step_and_its_step_counts():
     recipe = load_recipe("recipes/maclr.yaml")
     p = plan_recipe(recipe, lengths=TextLengths(100, 20, "", ""))
     assert p.gpu == "A100-80GB" and p.steps == 200_000  # Stage I + Stage II, zero-shot: no fine-tuning
-    tokens = 2 * 256 * 100 + (256 + 32) * 20
-    per_token = 12 * (42.5 * 768 + 2 * 100)
-    assert p.memory_gb["activations (contexts x2, titles, labels), bf16"] == pytest.approx(tokens * per_token / 1e9)
+    # 42.5 h + 2 s bytes a token and layer, s each text's own padded length
+    per_token, per_label_token = 12 * (42.5 * 768 + 2 * 100), 12 * (42.5 * 768 + 2 * 20)
+    held = 2 * 256 * 100 * per_token + (256 + 32) * 20 * per_label_token
+    assert p.memory_gb["activations (contexts x2, titles, labels), bf16"] == pytest.approx(held / 1e9)
     few = plan_recipe(
         load_recipe("recipes/maclr/lf-amazon-131k-few-shot-1pct.yaml"), lengths=TextLengths(100, 20, "", "")
     )
@@ -338,7 +339,7 @@ def test_maclr_is_planned_at_its_stage_one_step_and_its_step_counts():
         load_recipe("recipes/maclr.yaml", ["method.label_regularisation=false"]), lengths=TextLengths(100, 20, "", "")
     )
     assert one_view.memory_gb["activations (contexts, titles), bf16"] == pytest.approx(
-        (256 * 100 + 256 * 20) * per_token / 1e9
+        (256 * 100 * per_token + 256 * 20 * per_label_token) / 1e9
     )
     # zero-shot pre-trains whatever method.pretrain says: it has nothing else to train on
     unset = plan_recipe(load_recipe("recipes/maclr.yaml", ["method.pretrain=false"]), lengths=TextLengths(1, 1, "", ""))
@@ -361,3 +362,100 @@ def test_maclr_contexts_are_not_measured_on_a_titles_only_dataset():
 
 def few_shot_steps(path: str) -> int:
     return int(load_recipe(path).method_config().finetune_steps)
+
+
+def test_lmtx_counts_its_cycles_encodings_and_judge():
+    """LMTX trains on train_docs for up to max_cycles cycles (not epochs over the whole training
+    set), encodes every label twice a cycle, and its judge reads each document once a round; the
+    judge's time is prefill at 2 x parameters FLOPs a prompt token."""
+    from xmcbench.judge.base import load_prompt
+    from xmcbench.run.plan import TextLengths
+
+    recipe = load_recipe("recipes/lmtx/lf-wikipedia-500k.yaml")  # threshold 0.5, 30k docs, 800 dev, top-10, 5 cycles
+    p = plan_recipe(recipe, lengths=TextLengths(200, 20, "", ""))
+    n_labels, docs, dev, j = 501_070, 30_000, 800, 10
+    assert p.steps == 5 * -(-docs // 128)  # not 14,168: one epoch a cycle over the 30k documents
+    encoded = (dev * 200 + n_labels * 20) + 5 * ((docs + dev) * 200 + 2 * n_labels * 20) + n_labels * 20
+    non_embedding = 66_362_880 - 30_522 * 768
+    rate = 312e12 * 0.2  # one A100-40GB at the plan's 20%
+    assert p.other_s == pytest.approx(2 * non_embedding * encoded / rate)
+    assert p.gpu_hours == pytest.approx((p.step_s * p.steps + p.other_s) / 3600)
+    jp = p.judge
+    assert (jp.params, jp.size_from) == (13e9, "read from its name")
+    assert jp.rounds == 1 + 2 * 5  # the start's dev score, then each cycle's shortlist and dev score
+    assert jp.questions == dev + 5 * (docs * j + dev)
+    assert jp.documents == dev + 5 * (docs + dev)
+    assert jp.doc_tokens == 2500 // 4  # max_doc_chars at 4 characters a token
+    template = load_prompt("lf-wikipedia-500k").template
+    around = len(template) - len("{doc}") - len("{label_text}")
+    assert jp.question_tokens == -(-around // 4) + 20
+    assert jp.tokens == jp.documents * jp.doc_tokens + jp.questions * jp.question_tokens
+    assert jp.gpu_hours == pytest.approx(2 * 13e9 * jp.tokens / rate / 3600)
+    assert "judge WizardLMTeam/WizardLM-13B-V1.0 (13B parameters" in p.render()
+    # "auto" judges the dev set's top-j first: one more round and dev x j more questions
+    auto_recipe = load_recipe("recipes/lmtx/lf-wikipedia-500k.yaml", ["method.threshold=auto"])
+    auto = plan_recipe(auto_recipe, lengths=TextLengths(200, 20, "", ""))
+    assert auto.judge.rounds == jp.rounds + 1 and auto.judge.questions == jp.questions + dev * j
+    as_json = json.loads(json.dumps(p.as_dict()))
+    assert as_json["judge"]["questions"] == jp.questions and as_json["other_s"] == pytest.approx(p.other_s)
+
+
+@pytest.mark.parametrize(
+    ("model", "params"),
+    [
+        ("WizardLMTeam/WizardLM-13B-V1.0", 13e9),
+        ("meta-llama/Llama-2-13b-chat-hf", 13e9),
+        ("Qwen/Qwen2.5-7B-Instruct", 7e9),
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", 135e6),
+        ("/models/mistral-7b-v0.1.Q4_K_M.gguf", 7e9),
+        ("gpt-4o", 0.0),  # says no size: not guessed
+        ("mistralai/Mixtral-8x7B-v0.1", 0.0),  # 8 experts of 7B: not 7e9
+        ("parts:judge-part#sha256=" + "a7b0" * 16, 0.0),  # a hash is not a size
+    ],
+)
+def test_judge_size_from_its_name(model, params):
+    from xmcbench.judge.config import JudgeConfig
+    from xmcbench.run.plan import judge_size
+
+    size, how = judge_size(JudgeConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model=model))
+    assert size == params and ("read from its name" if params else "--judge-params") in how
+
+
+def test_judge_size_from_local_weights_given_or_unknown(tmp_path):
+    np = pytest.importorskip("numpy")
+    from safetensors.numpy import save_file
+
+    from xmcbench.judge.config import JudgeConfig
+    from xmcbench.run.plan import judge_size
+
+    folder = tmp_path / "judge-70B"  # the weights, not the name, are counted
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    save_file({"a": np.zeros((3, 4), np.float32), "b": np.zeros(5, np.float32)}, str(folder / "model-1.safetensors"))
+    save_file({"c": np.zeros((2, 2, 2), np.float32)}, str(folder / "model-2.safetensors"))
+    local = JudgeConfig(backend="transformers", model=str(folder))
+    assert judge_size(local) == (3 * 4 + 5 + 8, f"counted in {folder}")
+    assert judge_size(local, 2e9) == (2e9, "as given")
+    assert judge_size(JudgeConfig(backend="fake"))[0] == 0
+    # A size nobody can tell: the plan says so and counts no judge time, and --judge-params fills it in.
+    unknown = ["method.judge.model=my-judge", "method.judge.backend=openai"]
+    recipe = load_recipe("recipes/lmtx/eurlex-4k.yaml", unknown)
+    p = plan_recipe(recipe)
+    assert p.judge.params == 0 and p.judge.gpu_hours == 0 and "its time is not counted" in p.render()
+    result = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            "recipes/lmtx/eurlex-4k.yaml",
+            *[f"--set={u}" for u in unknown],
+            "--judge-params",
+            "7e9",
+            "-f",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    judge = json.loads(result.output)["judge"]
+    assert judge["params"] == 7e9 and judge["gpu_hours"] > 0
+    with pytest.raises(XmcbenchError, match="judge LLM's parameter count"):
+        plan_recipe(recipe, judge_params=-1)

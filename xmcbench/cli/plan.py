@@ -31,10 +31,18 @@ def plan(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a recipe key, e.g. training.batch_size=4096.")
     ] = None,
+    judge_params: Annotated[
+        float | None,
+        typer.Option(
+            "--judge-params",
+            help="LMTX: the judge LLM's parameters (e.g. 13e9), where neither local weights nor its name say.",
+        ),
+    ] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
 ) -> None:
     """Estimate, before a run, GPU memory per device, label-embedding and classifier sizes, step time and
     total GPU-hours for the recipe's dataset and hardware; warn when it will not fit (exit code 3).
+    For LMTX, also its judge's work: questions, prompt tokens and GPU-hours, at most.
 
     Batches are padded to their longest text: with the dataset prepared here, its longest texts are
     measured in the encoder's tokens (remembered in the dataset's folder); without it, every text
@@ -42,7 +50,14 @@ def plan(
     from xmcbench.run import load_recipe
     from xmcbench.run.plan import plan_recipe
 
-    result = plan_recipe(load_recipe(recipe, set_ or []), gpu=gpu, num_gpus=num_gpus, gpu_mem_gb=gpu_mem, progress=True)
+    result = plan_recipe(
+        load_recipe(recipe, set_ or []),
+        gpu=gpu,
+        num_gpus=num_gpus,
+        gpu_mem_gb=gpu_mem,
+        progress=True,
+        judge_params=judge_params,
+    )
     if format == "json":
         console.print_json(json.dumps(result.as_dict()))
     else:

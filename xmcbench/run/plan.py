@@ -35,6 +35,10 @@ embedded with a graph at once + the method's label-side tensors + a 10% allocato
   tensors (DEXML's decoupled softmax: score blocks, as above); UniDEC also its classifier
   table with AdamW state.
 
+LMTX at most (``_lmtx_work``): up to max_cycles cycles over its training documents, every label
+encoded twice a cycle outside the steps (``Plan.other_s``), and its judge (``JudgePlan``): every
+round's questions, each document read once a round, 2 x parameters FLOPs a prompt token.
+
 Step time = the step's FLOPs / (device peak x an assumed utilisation of 20%): what DistilBERT-shaped
 steps reached on an H100 (12-19% at 32 tokens) and what DEXML's own table gives (Table 8: 6.0-6.7 s
 a batch of 4096 at 131K labels on 4 A100s, gradient-cache chunks of 1024-4096; the plan of its
@@ -53,6 +57,7 @@ counts in 16 bits, hence 42.5 h.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -241,6 +246,70 @@ def text_lengths(recipe, progress: bool = False, source: str | None = None) -> T
     )
 
 
+# The HTTP judge cuts documents in characters: English runs ~4 characters a token in LLM tokenizers.
+CHARS_PER_TOKEN = 4
+# "13B", "1.5b", "135M" as a word of a model's name ("-7B-", not the "7b" inside a hash or "8x7B")
+_SIZE_IN_NAME = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class JudgePlan:
+    """LMTX's judge over a whole run, at most: every round's questions asked (the judgement cache
+    skips pairs asked before, so later cycles usually ask fewer). Prefill only: P(yes) is read off
+    the next token, so a prompt token costs 2 x parameters FLOPs; each document is read once per
+    round (the transformers judge shares it across the document's labels; vLLM's prefix caching does
+    the same)."""
+
+    model: str
+    params: float  # 0 when unknown (then no time is counted)
+    size_from: str  # how the size is known
+    rounds: int  # judging rounds: the threshold's and first dev score's, then each cycle's
+    documents: int  # documents read, all rounds
+    questions: int  # (document, label) pairs asked, all rounds
+    doc_tokens: int  # a document's tokens as the judge cuts it (an upper bound)
+    question_tokens: int  # a question's own tokens: the prompt around the document, and the label
+    tokens: int  # prompt tokens read, all rounds
+    gpu_hours: float
+
+
+def judge_size(judge, given: float | None = None) -> tuple[float, str]:
+    """(parameters, how known) of a judge: ``given``; a local model folder's safetensors headers
+    (a parts: judge's once converted here); the size in its name (WizardLM-13B-V1.0: 13e9); else
+    (0, why unknown)."""
+    if given is not None:
+        return float(given), "as given"
+    if judge.backend == "fake":
+        return 0.0, "the fake judge: no model"
+    folder = Path(judge.model).expanduser()
+    parts = re.match(r"^parts:.*#sha256=([0-9a-f]{64})$", judge.model)
+    if parts:
+        from xmcbench.judge.model_files import judges_cache_dir
+
+        folder = judges_cache_dir() / parts[1]
+    counted = _safetensors_params(folder) if folder.is_dir() else None
+    if counted:
+        return float(counted), f"counted in {folder}"
+    found = _SIZE_IN_NAME.findall(judge.model.split("#")[0].rstrip("/").split("/")[-1])
+    if found:
+        number, unit = found[-1]
+        return float(number) * (1e9 if unit.lower() == "b" else 1e6), "read from its name"
+    return 0.0, "unknown: no local weights and no size in its name; give --judge-params (e.g. 13e9)"
+
+
+def _safetensors_params(folder: Path) -> int | None:
+    """Parameters in a folder's safetensors files, from their headers (nothing is loaded)."""
+    from safetensors import safe_open
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with safe_open(str(f), framework="numpy") as st:
+            total += sum(math.prod(st.get_slice(name).get_shape()) for name in st.keys())
+    return total
+
+
 @dataclass
 class Plan:
     recipe: str
@@ -260,8 +329,10 @@ class Plan:
     classifier_gb: float  # the whole classifier (weights only, fp32); 0 when there is none
     step_s: float
     steps: int
-    gpu_hours: float
+    gpu_hours: float  # the training GPUs': steps and encoding passes outside them
     notes: list[str] = field(default_factory=list)
+    other_s: float = 0.0  # wall seconds outside the training steps (LMTX: shortlists, dev scores, label table)
+    judge: JudgePlan | None = None  # LMTX's judge, on GPUs of its own
     lengths: TextLengths | None = None  # the longest query and label as counted (padded batch widths)
     advice: str = (
         "use more GPUs, a smaller training.batch_size, or a larger device"  # what to change if it will not fit
@@ -310,9 +381,18 @@ class Plan:
         lines += [
             f"    {'total':<36}{self.per_device_gb:8.2f} GB of {self.gpu_mem_gb:.0f} GB"
             f" -> {'fits' if self.fits else 'DOES NOT FIT'}",
-            f"  step time ~{self.step_s:.2f} s x {self.steps:,} steps = {self.step_s * self.steps / 3600:.1f} h wall,"
-            f" {self.gpu_hours:,.0f} GPU-hours",
+            f"  step time ~{self.step_s:.2f} s x {self.steps:,} steps = {self.step_s * self.steps / 3600:.1f} h wall"
+            + (f", + {self.other_s / 3600:.1f} h encoding outside the steps" if self.other_s else "")
+            + f", {self.gpu_hours:,.1f} GPU-hours",
         ]
+        if self.judge is not None:
+            j = self.judge
+            size = f"{j.params / 1e9:.3g}B parameters, {j.size_from}" if j.params else f"size {j.size_from}"
+            lines.append(
+                f"  judge {j.model} ({size}): up to {j.questions:,} questions over {j.rounds} rounds, "
+                f"{j.tokens / 1e6:,.1f}M prompt tokens"
+                + (f", ~{j.gpu_hours:,.1f} GPU-hours on {self.gpu}" if j.params else ": its time is not counted")
+            )
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  WARNING: {w}" for w in self.warnings()]
         return "\n".join(lines)
@@ -364,9 +444,13 @@ def plan_recipe(
     utilisation: float = 0.2,
     lengths: TextLengths | None = None,
     progress: bool = False,
+    judge_params: float | None = None,
 ) -> Plan:
     """Estimate memory and time of ``recipe`` on ``num_gpus`` x ``gpu`` (defaults: the recipe's
-    ``hardware.num_gpus`` and ``hardware.gpu``, the GPU its paper used; A100-40GB where it names none)."""
+    ``hardware.num_gpus`` and ``hardware.gpu``, the GPU its paper used; A100-40GB where it names none).
+    ``judge_params``: an LMTX judge's parameters, where neither local weights nor its name say."""
+    if judge_params is not None and not 0 < judge_params < 1e14:
+        raise XmcbenchError(f"--judge-params is the judge LLM's parameter count (e.g. 13e9), not {judge_params:g}")
     if num_gpus is not None and not 1 <= num_gpus <= 4096:
         raise XmcbenchError(f"--num-gpus must be between 1 and 4096, not {num_gpus}")
     if gpu_mem_gb is not None and not 0 < gpu_mem_gb < 1e5:
@@ -397,7 +481,8 @@ def plan_recipe(
 
     memory: dict[str, float] = {}
     memory["model + grads + AdamW (fp32)"] = 16 * enc.params / GB
-    per_token = layers * activation_bytes(h, seq)  # measured (module docstring)
+    per_token = layers * activation_bytes(h, seq)  # a query token (measured: module docstring)
+    per_label_token = layers * activation_bytes(h, label_seq)  # the 2 s term is each text's own length
     label_table = n_labels * h * 4 / GB
     classifier = 0.0
     logits_flops = 0.0
@@ -408,7 +493,7 @@ def plan_recipe(
         # are re-embedded with a graph one at a time after it (gradient cache).
         label_chunk_tokens = min(chunk, shard) * label_seq
         memory["activations: max(query batch, label chunk), bf16"] = (
-            max(batch / g * seq, label_chunk_tokens) * per_token / GB
+            max(batch / g * seq * per_token, label_chunk_tokens * per_label_token) / GB
         )
         memory["label embedding shard + grads (fp32)"] = 2 * shard * h * 4 / GB
         if _blockwise(config, params):
@@ -425,9 +510,11 @@ def plan_recipe(
         # graph), the instance titles, and M label texts (Eq. 3's negatives)
         regularised = bool(getattr(config, "label_regularisation", True))
         negatives = int(getattr(config, "label_negatives", 32)) if regularised else 0
-        tokens = (2 if regularised else 1) * batch * seq + (batch + negatives) * label_seq
+        contexts = (2 if regularised else 1) * batch * seq
+        titles_and_labels = (batch + negatives) * label_seq
+        tokens = contexts + titles_and_labels
         held = "contexts x2, titles, labels" if regularised else "contexts, titles"
-        memory[f"activations ({held}), bf16"] = tokens * per_token / GB
+        memory[f"activations ({held}), bf16"] = (contexts * per_token + titles_and_labels * per_label_token) / GB
         memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * (batch + negatives) * 4 / GB
         step_tokens = tokens * 3
         notes.append(
@@ -445,11 +532,13 @@ def plan_recipe(
         if cached_pool:
             # DEXML's gradient-cached pool: the query graph, then one pool chunk's graph at a time
             memory["activations: max(query batch, pool chunk), bf16"] = (
-                max(batch / g * seq, pool_chunk * label_seq) * per_token / GB
+                max(batch / g * seq * per_token, pool_chunk * label_seq * per_label_token) / GB
             )
             memory["pool embeddings + grads (fp32)"] = 2 * math.ceil(pool / g) * h * 4 / GB
         else:
-            memory["activations (queries + pool labels), bf16"] = (batch * seq + pool * label_seq) / g * per_token / GB
+            memory["activations (queries + pool labels), bf16"] = (
+                (batch * seq * per_token + pool * label_seq * per_label_token) / g / GB
+            )
         if method == "dexml" and _blockwise(config, params):
             memory["pool loss: score blocks (batch x pool)"] = blockwise_decoupled_softmax_gb(
                 batch, math.ceil(pool / g)
@@ -480,6 +569,14 @@ def plan_recipe(
         pretrains = zero_shot or bool(config.pretrain)  # zero-shot has nothing else to train on
         steps = (int(config.stage1_steps) + int(config.stage2_steps) * bool(config.self_training)) * pretrains
         steps += 0 if zero_shot else int(config.finetune_steps)
+    flops_per_s = g * tflops * 1e12 * utilisation
+    other_s, judge = 0.0, None
+    if method == "lmtx" and config is not None:
+        steps, encoded_tokens, judge, lmtx_notes = _lmtx_work(
+            config, n_train, n_labels, batch, lengths, judge_params, tflops * 1e12 * utilisation
+        )
+        other_s = 2 * non_embedding * encoded_tokens / flops_per_s
+        notes += lmtx_notes
     notes.append(f"step time assumes {utilisation:.0%} of the {gpu}'s bf16 peak ({tflops:.0f} TFLOPS)")
     return Plan(
         recipe=recipe.name,
@@ -499,11 +596,69 @@ def plan_recipe(
         classifier_gb=classifier,
         step_s=step_s,
         steps=steps,
-        gpu_hours=step_s * steps * g / 3600,
+        gpu_hours=(step_s * steps + other_s) * g / 3600,
         notes=notes,
+        other_s=other_s,
+        judge=judge,
         lengths=lengths,
         advice=_advice(method, regime, config),
     )
+
+
+def _lmtx_work(config, n_train: int, n_labels: int, batch: int, lengths: TextLengths, judge_params, judge_flops_per_s):
+    """(training steps, tokens encoded outside them, the judge's work, notes) of an LMTX run at its
+    largest: every cycle up to max_cycles, every training document kept (a "yes" among its top-j).
+    Mirrors ``LmtxMethod.fit``: the threshold (when "auto") judges the dev set's top-j and the start
+    scores its top-1; each cycle shortlists the training documents (all labels encoded again),
+    judges their top-j, trains, then scores the dev set's top-1 (all labels again); the end encodes
+    the label table once more."""
+    from xmcbench.judge.base import load_prompt
+
+    dev = min(int(config.dev_docs), n_train // 2)
+    docs = n_train - dev if config.train_docs is None else min(int(config.train_docs), n_train - dev)
+    j = min(int(config.shortlist_j), n_labels)
+    cycles = int(config.max_cycles)
+    auto = config.threshold == "auto"
+    steps = cycles * int(config.epochs_per_cycle) * math.ceil(docs / batch)
+    seq, label_seq = lengths.query, lengths.label
+    label_table = n_labels * label_seq
+    start_tokens = (dev * seq + label_table) * (2 if auto else 1)
+    cycle_tokens = (docs + dev) * seq + 2 * label_table
+    encoded = start_tokens + cycles * cycle_tokens + label_table
+
+    judge = config.judge
+    params, size_from = judge_size(judge, judge_params)
+    if judge.backend == "transformers":
+        doc_tokens, cut = int(judge.max_doc_tokens), f"{judge.max_doc_tokens} tokens (max_doc_tokens)"
+    else:
+        doc_tokens = math.ceil(judge.max_doc_chars / CHARS_PER_TOKEN)
+        cut = f"{judge.max_doc_chars:,} characters (max_doc_chars, ~{CHARS_PER_TOKEN} a token)"
+    around = load_prompt(judge.prompt).template.replace("{doc}", "").replace("{label_text}", "")
+    question_tokens = math.ceil(len(around) / CHARS_PER_TOKEN) + label_seq
+    documents = (dev if auto else 0) + dev + cycles * (docs + dev)
+    questions = (dev * j if auto else 0) + dev + cycles * (docs * j + dev)
+    tokens = documents * doc_tokens + questions * question_tokens
+    rounds = (2 if auto else 1) + 2 * cycles
+    judge_plan = JudgePlan(
+        model=judge.model,
+        params=params,
+        size_from=size_from,
+        rounds=rounds,
+        documents=documents,
+        questions=questions,
+        doc_tokens=doc_tokens,
+        question_tokens=question_tokens,
+        tokens=tokens,
+        gpu_hours=2 * params * tokens / judge_flops_per_s / 3600,
+    )
+    notes = [
+        f"LMTX at most: {cycles} cycles (max_cycles; the judge-labelled dev set may stop it sooner) of "
+        f"{config.epochs_per_cycle} epoch(s) over {docs:,} training documents (all counted as kept), "
+        f"top-{j} judged a document; all {n_labels:,} labels encoded twice a cycle (shortlist, dev score)",
+        f"judge: prefill only, 2 x parameters FLOPs a prompt token at the same utilisation; each document read "
+        f"once a round, cut at {cut}; every question counted (the judgement cache skips those asked before)",
+    ]
+    return steps, encoded, judge_plan, notes
 
 
 def _advice(method: str, regime: str | None, config) -> str:
