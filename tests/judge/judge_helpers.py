@@ -41,6 +41,7 @@ class JudgeServer:
                 pass
 
             def do_POST(self):
+                self._counted_out = False  # one handler serves every request of a kept-alive connection
                 with server._lock:
                     server.requests += 1
                     n = server.requests
@@ -63,10 +64,19 @@ class JudgeServer:
                     text = body["messages"][-1]["content"]
                     return self._send(200, server.reply(text, body))
                 finally:
-                    with server._lock:
-                        server._in_flight -= 1
+                    self._done()
+
+            def _done(self):
+                """The request leaves the in-flight count once, before its answer goes out: a client
+                that has read the answer may send its next request before this thread runs again."""
+                if self._counted_out:
+                    return
+                self._counted_out = True
+                with server._lock:
+                    server._in_flight -= 1
 
             def _send(self, code, obj):
+                self._done()
                 data = json.dumps(obj).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")

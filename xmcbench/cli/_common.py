@@ -15,8 +15,10 @@ from rich.markup import escape
 
 from xmcbench.errors import XmcbenchError
 
-console = Console()
-err_console = Console(stderr=True)
+# soft_wrap: a line longer than the terminal is left for the terminal to fold, never broken by rich
+# with a newline, so paths, run ids and commands copy back whole (tables still fit the width).
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 F = TypeVar("F", bound=Callable)
 
