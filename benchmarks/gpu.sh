@@ -11,7 +11,9 @@
 #    next to `xmcbench plan`'s estimate;
 #    then DEXML's hard-negative regime at batch 512 (its 1.3M recipe's 8192 split over 16 GPUs; 8192 on
 #    one GPU does not fit);
-# 4. `benchmarks/bench_activations.py`: a DistilBERT-shaped encoder's activations per token and layer
+# 4. `python -m benchmarks.profile_search_gpu`: where the 10k x 100k search's time goes (chunk sizes,
+#    group widths, the result's copy to the host: as it was, as it is, through pinned memory);
+# 5. `benchmarks/bench_activations.py`: a DistilBERT-shaped encoder's activations per token and layer
 #    at 32-512 tokens, next to the plan's model (fitted on this step's H100 run: 42.5 h + 2 s bytes).
 #
 # Python packages the machine lacks can come as wheels in .whl/ (installed into /tmp/site), and the
@@ -46,6 +48,7 @@ step() {  # name, limit in seconds, command...
 
 step tests "${GPU_TESTS_S:-60}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/search/test_exact.py tests/train/test_gradcache.py tests/train/test_autocast_and_rng.py tests/losses/test_loss_registry.py
 step search "${GPU_SEARCH_S:-120}" python3 -m benchmarks --only search_gpu --repeat 2 --json "$out/search-gpu.json"
+step profile_search "${GPU_PROFILE_S:-90}" python3 -m benchmarks.profile_search_gpu
 step train "${GPU_TRAIN_S:-300}" python3 -m benchmarks --only train_gpu --tokenizer "$tokenizer" --json "$out/train-gpu.json"
 step train_b512 "${GPU_B512_S:-90}" python3 benchmarks/bench_train.py --device cuda --encoder distilbert \
     --tokenizer "$tokenizer" --labels 100000 --train 2048 --batch 512 --epochs 1 --precision auto \
