@@ -29,7 +29,18 @@ def test_wheel_ships_recipes_and_runs_recipes_list(tmp_path):
         ROOT,
         src,
         symlinks=True,
-        ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "tests"),
+        # caches other test workers may be writing (hypothesis renames files in .hypothesis mid-copy)
+        ignore=shutil.ignore_patterns(
+            ".git",
+            "build",
+            "*.egg-info",
+            "__pycache__",
+            ".pytest_cache",
+            "tests",
+            ".hypothesis",
+            ".*_cache",
+            ".benchmarks",
+        ),
     )
     dist = tmp_path / "dist"
     _run(

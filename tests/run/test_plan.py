@@ -408,6 +408,8 @@ def test_lmtx_counts_its_cycles_encodings_and_judge():
         ("Qwen/Qwen2.5-7B-Instruct", 7e9),
         ("HuggingFaceTB/SmolLM2-135M-Instruct", 135e6),
         ("/models/mistral-7b-v0.1.Q4_K_M.gguf", 7e9),
+        ("Qwen/Qwen2.5-7B-Instruct-1M", 7e9),  # "1M" is its context length
+        ("stabilityai/stablelm-2-1_6b", 0.0),  # "1_6b" is 1.6B: not read as 6B, not guessed
         ("gpt-4o", 0.0),  # says no size: not guessed
         ("mistralai/Mixtral-8x7B-v0.1", 0.0),  # 8 experts of 7B: not 7e9
         ("parts:judge-part#sha256=" + "a7b0" * 16, 0.0),  # a hash is not a size
@@ -435,6 +437,14 @@ def test_judge_size_from_local_weights_given_or_unknown(tmp_path):
     save_file({"c": np.zeros((2, 2, 2), np.float32)}, str(folder / "model-2.safetensors"))
     local = JudgeConfig(backend="transformers", model=str(folder))
     assert judge_size(local) == (3 * 4 + 5 + 8, f"counted in {folder}")
+    # A consolidated copy of the same weights is not counted twice; an index names the files that count.
+    save_file({"all": np.zeros(25, np.float32)}, str(folder / "consolidated.safetensors"))
+    assert judge_size(local)[0] == 25
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-1.safetensors"}}))
+    assert judge_size(local)[0] == 3 * 4 + 5
+    # Packed (quantized) weights would count low: the name says the size, or nothing does.
+    (folder / "config.json").write_text(json.dumps({"quantization_config": {"bits": 4}}))
+    assert judge_size(local)[0] == 70e9 and judge_size(local)[1] == "read from its name"
     assert judge_size(local, 2e9) == (2e9, "as given")
     assert judge_size(JudgeConfig(backend="fake"))[0] == 0
     # A size nobody can tell: the plan says so and counts no judge time, and --judge-params fills it in.
@@ -459,3 +469,49 @@ def test_judge_size_from_local_weights_given_or_unknown(tmp_path):
     assert judge["params"] == 7e9 and judge["gpu_hours"] > 0
     with pytest.raises(XmcbenchError, match="judge LLM's parameter count"):
         plan_recipe(recipe, judge_params=-1)
+
+
+def test_a_judge_on_the_training_gpu_takes_its_memory_and_its_time():
+    """The transformers judge runs in the run's process: on CUDA its weights and key/value cache sit
+    on the training GPU and the run waits for its prefill; on the CPU it takes no GPU time; an HTTP
+    judge's hours are its own server's."""
+    from xmcbench.run.plan import TextLengths
+
+    lengths = TextLengths(200, 20, "", "")
+    on_gpu = plan_recipe(load_recipe("recipes/lmtx.yaml"), lengths=lengths)  # 13B, bf16, device cuda
+    assert on_gpu.judge.where == "training GPU" and on_gpu.judge.gpu_hours > 1
+    assert on_gpu.memory_gb["judge LLM weights (bfloat16)"] == pytest.approx(2 * 13e9 / 1e9)
+    assert any("key/value cache not counted" in n for n in on_gpu.notes)  # no config.json here
+    assert on_gpu.other_s > on_gpu.judge.gpu_hours * 3600
+    assert on_gpu.gpu_hours == pytest.approx((on_gpu.step_s * on_gpu.steps + on_gpu.other_s) / 3600)
+    assert "on the training GPU, in the hours above" in on_gpu.render()
+    on_cpu = plan_recipe(load_recipe("recipes/lmtx.yaml", ["method.judge.device=cpu"]), lengths=lengths)
+    assert on_cpu.judge.where == "CPU" and on_cpu.judge.gpu_hours == 0
+    assert not any(k.startswith("judge") for k in on_cpu.memory_gb) and on_cpu.other_s < on_gpu.other_s
+    assert "on CPU: its time is not estimated" in on_cpu.render()
+    server = plan_recipe(load_recipe("recipes/lmtx/eurlex-4k.yaml"), lengths=lengths)
+    assert server.judge.where == "server" and not any(k.startswith("judge") for k in server.memory_gb)
+    assert server.gpu_hours * 3600 == pytest.approx(server.step_s * server.steps + server.other_s)
+    assert server.other_s < server.judge.gpu_hours * 3600  # its judging is not in the run's hours
+
+
+def test_the_judges_key_value_cache_is_counted_from_its_config(tmp_path):
+    from xmcbench.run.plan import TextLengths
+
+    folder = tmp_path / "judge-7B"
+    folder.mkdir()
+    config = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8}
+    (folder / "config.json").write_text(json.dumps(config))
+    recipe = load_recipe("recipes/lmtx.yaml", [f"method.judge.model={folder}", "method.judge.batch_size=4"])
+    p = plan_recipe(recipe, lengths=TextLengths(200, 20, "", ""))
+    prompt = p.judge.doc_tokens + p.judge.question_tokens
+    kv = 4 * prompt * 2 * 32 * 8 * 128 * 2  # batch x tokens x (K and V) x layers x kv heads x head dim x bf16
+    assert p.memory_gb["judge key/value cache (a batch of prompts)"] == pytest.approx(kv / 1e9)
+    assert p.judge.params == 7e9  # no weights in the folder: the name says
+
+
+def test_plan_refuses_what_the_run_would_refuse():
+    with pytest.raises(XmcbenchError, match="trains in one process"):
+        plan_recipe(load_recipe("recipes/prime.yaml"), num_gpus=2)
+    with pytest.raises(XmcbenchError, match="--judge-params is for LMTX recipes"):
+        plan_recipe(load_recipe("recipes/prime.yaml"), judge_params=13e9)

@@ -66,7 +66,7 @@ def test_matches_brute_force_with_exact_ties(chunking, backend):
     q, keys = _integer_embeddings(0)
     got = exact_topk(q, keys, 8, device="cpu", **_backend(backend), **chunking)
     assert got.shape == (120, 90) and got.has_canonical_format and got.dtype == np.float32
-    assert got.indices.dtype == got.indptr.dtype == np.int32  # built narrow, not narrowed by scipy
+    assert got.indices.dtype == got.indptr.dtype == np.int32
     expected = _brute(q, keys, 8)
     assert _as_rows(got) == [sorted(row) for row in expected]  # ties at the k-th place: lower labels
     # Ranking the CSR with the metrics' convention gives back the brute-force order.
@@ -214,7 +214,13 @@ def test_a_chunk_never_holds_2_to_the_31_score_cells(monkeypatch):
 
 
 def test_index_dtype_widens_past_int32():
-    from xmcbench.search.exact import _index_dtype, _to_csr
+    from xmcbench.search.exact import _index_dtype, _to_csr, _torch_topk
+
+    # The torch backend hands its labels over as int32 already (a third less to copy from a GPU).
+    q, keys = _integer_embeddings(2, n=10, n_labels=30)
+    for matmul in ("fp32", "bf16"):
+        _, labels = _torch_topk(q, keys, 4, None, None, "cpu", None, matmul, None, 0, {"rows": 0, "rows_redone": 0})
+        assert labels.dtype == np.int32
 
     assert _index_dtype(2**31 - 1, 10) == np.int32
     assert _index_dtype(2**31, 10) == np.int64  # a label index past int32

@@ -15,10 +15,11 @@ from rich.markup import escape
 
 from xmcbench.errors import XmcbenchError
 
-# soft_wrap: a line longer than the terminal is left for the terminal to fold, never broken by rich
-# with a newline, so paths, run ids and commands copy back whole (tables still fit the width).
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+# Lines that carry a path, a run id or a command are printed with soft_wrap=True: the terminal folds
+# them, rich never breaks them with a newline, so they copy back whole. Tables and live displays
+# keep rich's wrapping (a live display must know how many lines it drew).
+console = Console()
+err_console = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable)
 

@@ -80,5 +80,5 @@ def compare(
         table.add_row(
             escape(row.name), f"{row.value_a:.2f}", f"{row.value_b:.2f}", diff, f"[{row.lo:+.2f}, {row.hi:+.2f}]", mark
         )
-    console.print(f"A = {escape(result.run_a)}\nB = {escape(result.run_b)}", highlight=False)
+    console.print(f"A = {escape(result.run_a)}\nB = {escape(result.run_b)}", highlight=False, soft_wrap=True)
     print_rich(table)

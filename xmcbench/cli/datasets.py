@@ -89,7 +89,7 @@ def list_datasets(
         name = escape(spec.name) + (" [dim](synthetic)[/]" if spec.synthetic else "")
         table.add_row(name, *cells, escape(spec.query_text), f"{spec.propensity_a:g}/{spec.propensity_b:g}", status)
     print_rich(table)
-    console.print(f"[dim]data folder: {escape(str(paths.datasets_dir()))}[/]", highlight=False)
+    console.print(f"[dim]data folder: {escape(str(paths.datasets_dir()))}[/]", highlight=False, soft_wrap=True)
 
 
 @app.command("download")
@@ -118,7 +118,7 @@ def download(
     from xmcbench.data import download_dataset, load_dataset
 
     raw_dir = download_dataset(name, source=source, progress=not quiet)
-    console.print(f"raw files: {raw_dir}", highlight=False, markup=False)
+    console.print(f"raw files: {raw_dir}", highlight=False, markup=False, soft_wrap=True)
     if not no_prepare:
         ds = load_dataset(name, progress=not quiet)
         console.print(
@@ -126,6 +126,7 @@ def download(
             f"{_count(ds.n_queries('test'))} test, {_count(ds.n_labels)} labels)",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )
 
 
@@ -145,10 +146,11 @@ def prepare(
             f"{spec.name}: prepared cache is up to date in {paths.dataset_prepared_dir(spec.name)}",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )
         return
     ds = load_dataset(spec.name, rebuild=force, progress=not quiet)  # never downloads
-    console.print(f"prepared: {ds.path}", highlight=False, markup=False)
+    console.print(f"prepared: {ds.path}", highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command("info")
@@ -179,7 +181,7 @@ def info(
         f"{ds.propensity_b:g}  ·  version {ds.version}",
         highlight=False,
     )
-    console.print(f"[dim]{escape(str(ds.path))}[/]", highlight=False)
+    console.print(f"[dim]{escape(str(ds.path))}[/]", highlight=False, soft_wrap=True)
     console.print(
         f"rows without any label: {unlabelled['test']:,} of {ds.n_queries('test'):,} test, "
         f"{unlabelled['train']:,} of {ds.n_queries('train'):,} train",
@@ -251,7 +253,10 @@ def synth(
     )
     raw_dir = paths.dataset_raw_dir(ds.spec.raw_group)
     console.print(
-        f"synthetic dataset {ds.name}: raw files in {raw_dir}, prepared in {ds.path}", highlight=False, markup=False
+        f"synthetic dataset {ds.name}: raw files in {raw_dir}, prepared in {ds.path}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
     )
     table = Table(show_header=False)
     for stat, value in stats_rows(ds.stats):

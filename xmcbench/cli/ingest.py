@@ -57,6 +57,6 @@ def ingest(
         )
     for run_dir, reason in report.bad:
         err_console.print(f"[red]bad[/] {escape(f'{run_dir}: {reason}')}", highlight=False, soft_wrap=True)
-    console.print(escape(f"{report.summary()} → {path}"), highlight=False)
+    console.print(escape(f"{report.summary()} → {path}"), highlight=False, soft_wrap=True)
     if report.bad:
         raise typer.Exit(1)

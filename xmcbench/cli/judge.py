@@ -40,7 +40,9 @@ def prepare(
 
     t0 = time.perf_counter()
     folder, revision = resolve_model(model)
-    console.print(f"{escape(str(folder))} (revision {escape(revision)}) ready in {time.perf_counter() - t0:.0f} s")
+    console.print(
+        f"{escape(str(folder))} (revision {escape(revision)}) ready in {time.perf_counter() - t0:.0f} s", soft_wrap=True
+    )
 
 
 @app.command("eval")
@@ -156,7 +158,7 @@ def cache_export(
     from xmcbench.judge import JudgementCache
 
     n = JudgementCache(path).export(out)
-    console.print(f"{n} judgements written to {escape(str(out))}")
+    console.print(f"{n} judgements written to {escape(str(out))}", soft_wrap=True)
 
 
 @cache_app.command("clear")

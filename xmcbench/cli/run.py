@@ -99,7 +99,7 @@ def run(
     exit_code = 0
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports
         print_scores(result.record)
-        console.print(f"run directory: {escape(str(result.run_dir))}", highlight=False)
+        console.print(f"run directory: {escape(str(result.run_dir))}", highlight=False, soft_wrap=True)
         if result.index_error:
             err_console.print(f"[yellow]warning:[/] {escape(result.index_error)}", highlight=False, soft_wrap=True)
             exit_code = 1

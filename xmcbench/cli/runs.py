@@ -76,7 +76,10 @@ def list_runs(
         return
     if not runs:
         console.print(
-            f"no runs in {path} match; index run directories with `xmcbench ingest DIR`", highlight=False, markup=False
+            f"no runs in {path} match; index run directories with `xmcbench ingest DIR`",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
         return
     columns = [
@@ -183,11 +186,14 @@ def show(
     style = _STATUS_STYLE.get(run["status"], "")
     gone = " (recorded as running; its process is gone)" if run["status"] != record["status"] else ""
     console.print(
-        f"[bold]{escape(record['run_id'])}[/]  [{style}]{escape(str(run['status']))}[/]{gone}", highlight=False
+        f"[bold]{escape(record['run_id'])}[/]  [{style}]{escape(str(run['status']))}[/]{gone}",
+        highlight=False,
+        soft_wrap=True,
     )
     console.print(
         f"created {record.get('created_at')}  finished {record.get('finished_at') or '–'}  dir {escape(str(run['run_dir'] or '–'))}",
         highlight=False,
+        soft_wrap=True,
     )
     if record.get("error"):
         console.print(f"[red]error:[/] {escape(record['error'])}", highlight=False)

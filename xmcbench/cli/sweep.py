@@ -115,7 +115,7 @@ def _show_status(sweep_id: str) -> None:
         if record.data["launcher"] == "slurm":
             states[e["key"]] = job_state(sweep_id, e.get("job_id"))
     console.print(status_table(record, states))
-    console.print(f"sweep record: {escape(str(sweep_path(sweep_id)))}", highlight=False)
+    console.print(f"sweep record: {escape(str(sweep_path(sweep_id)))}", highlight=False, soft_wrap=True)
 
 
 @handle_errors
@@ -204,7 +204,7 @@ def sweep(
         executor=slurm_executor,
     )
     command = "xmcbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    console.print(f"sweep {plan.sweep_id}: {len(plan.runs)} runs", highlight=False)
+    console.print(f"sweep {plan.sweep_id}: {len(plan.runs)} runs", highlight=False, soft_wrap=True)
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill SWEEP` stops its runs like Ctrl-C
     try:
@@ -240,7 +240,7 @@ def sweep(
         soft_wrap=True,
     )
     if launcher == "slurm" and not wait:
-        console.print(f"follow it with: xmcbench sweep --status {record.sweep_id}", highlight=False)
+        console.print(f"follow it with: xmcbench sweep --status {record.sweep_id}", highlight=False, soft_wrap=True)
         return
     for e in record.below_floor():
         err_console.print(f"[red]✗[/] {escape(e['key'])}: {escape('; '.join(e['floors_missed']))}", highlight=False)

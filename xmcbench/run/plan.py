@@ -56,10 +56,12 @@ counts in 16 bits, hence 42.5 h.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from xmcbench.errors import XmcbenchError
 from xmcbench.recipe.devices import DEVICES, canonical_device
@@ -248,8 +250,9 @@ def text_lengths(recipe, progress: bool = False, source: str | None = None) -> T
 
 # The HTTP judge cuts documents in characters: English runs ~4 characters a token in LLM tokenizers.
 CHARS_PER_TOKEN = 4
-# "13B", "1.5b", "135M" as a word of a model's name ("-7B-", not the "7b" inside a hash or "8x7B")
-_SIZE_IN_NAME = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORECASE)
+# "13B", "1.5b", "135M" as a word of a model's name ("-7B-", not the "7b" inside a hash, "8x7B" or
+# "1_6b"); a name's "1M" may be its context length, so a B size wins over an M one
+_SIZE_IN_NAME = re.compile(r"(?<![a-z0-9._])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -269,7 +272,9 @@ class JudgePlan:
     doc_tokens: int  # a document's tokens as the judge cuts it (an upper bound)
     question_tokens: int  # a question's own tokens: the prompt around the document, and the label
     tokens: int  # prompt tokens read, all rounds
-    gpu_hours: float
+    where: str  # "server" (its own GPUs), "training GPU" (in the run's process), "CPU", "none" (fake)
+    gpu_hours: float  # 0 on CPU, for the fake judge, or when its size is unknown
+    memory_gb: dict[str, float] = field(default_factory=dict)  # on the training GPU: weights, key/value cache
 
 
 def judge_size(judge, given: float | None = None) -> tuple[float, str]:
@@ -280,27 +285,51 @@ def judge_size(judge, given: float | None = None) -> tuple[float, str]:
         return float(given), "as given"
     if judge.backend == "fake":
         return 0.0, "the fake judge: no model"
-    folder = Path(judge.model).expanduser()
-    parts = re.match(r"^parts:.*#sha256=([0-9a-f]{64})$", judge.model)
-    if parts:
-        from xmcbench.judge.model_files import judges_cache_dir
-
-        folder = judges_cache_dir() / parts[1]
+    folder = _judge_folder(judge)
     counted = _safetensors_params(folder) if folder.is_dir() else None
     if counted:
         return float(counted), f"counted in {folder}"
     found = _SIZE_IN_NAME.findall(judge.model.split("#")[0].rstrip("/").split("/")[-1])
     if found:
-        number, unit = found[-1]
-        return float(number) * (1e9 if unit.lower() == "b" else 1e6), "read from its name"
+        sizes = [float(n) * (1e9 if unit.lower() == "b" else 1e6) for n, unit in found]
+        billions = [x for x in sizes if x >= 1e9]
+        return max(billions or sizes), "read from its name"
     return 0.0, "unknown: no local weights and no size in its name; give --judge-params (e.g. 13e9)"
 
 
+def _judge_folder(judge) -> Path:
+    """Where a judge's weights are on this machine, if anywhere: its folder, or a parts: judge's
+    converted copy."""
+    parts = re.match(r"^parts:.*#sha256=([0-9a-f]{64})$", judge.model)
+    if parts:
+        from xmcbench.judge.model_files import judges_cache_dir
+
+        return judges_cache_dir() / parts[1]
+    return Path(judge.model).expanduser()
+
+
+def _judge_config(folder: Path) -> dict | None:
+    """A local model folder's config.json, or None."""
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _safetensors_params(folder: Path) -> int | None:
-    """Parameters in a folder's safetensors files, from their headers (nothing is loaded)."""
+    """Parameters in a folder's safetensors weights, from their headers (nothing is loaded): the
+    files its index names, else every ``*.safetensors`` but a ``consolidated`` copy of the same
+    weights. None when there are none, or when they are quantized (packed weights count low)."""
     from safetensors import safe_open
 
-    files = sorted(folder.glob("*.safetensors"))
+    config = _judge_config(folder) or {}
+    if config.get("quantization_config"):
+        return None
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted({folder / name for name in json.loads(index.read_text())["weight_map"].values()})
+    else:
+        files = [f for f in sorted(folder.glob("*.safetensors")) if not f.name.startswith("consolidated")]
     if not files:
         return None
     total = 0
@@ -331,8 +360,9 @@ class Plan:
     steps: int
     gpu_hours: float  # the training GPUs': steps and encoding passes outside them
     notes: list[str] = field(default_factory=list)
-    other_s: float = 0.0  # wall seconds outside the training steps (LMTX: shortlists, dev scores, label table)
-    judge: JudgePlan | None = None  # LMTX's judge, on GPUs of its own
+    other_s: float = 0.0  # wall seconds outside the steps (LMTX: encoding for shortlists, dev scores and
+    # the label table; the judge's prefill when it shares the training GPU)
+    judge: JudgePlan | None = None  # LMTX's judge: on its own server, the training GPU, or the CPU
     lengths: TextLengths | None = None  # the longest query and label as counted (padded batch widths)
     advice: str = (
         "use more GPUs, a smaller training.batch_size, or a larger device"  # what to change if it will not fit
@@ -382,16 +412,23 @@ class Plan:
             f"    {'total':<36}{self.per_device_gb:8.2f} GB of {self.gpu_mem_gb:.0f} GB"
             f" -> {'fits' if self.fits else 'DOES NOT FIT'}",
             f"  step time ~{self.step_s:.2f} s x {self.steps:,} steps = {self.step_s * self.steps / 3600:.1f} h wall"
-            + (f", + {self.other_s / 3600:.1f} h encoding outside the steps" if self.other_s else "")
+            + (f", + {self.other_s / 3600:.1f} h outside the steps" if self.other_s else "")
             + f", {self.gpu_hours:,.1f} GPU-hours",
         ]
         if self.judge is not None:
             j = self.judge
             size = f"{j.params / 1e9:.3g}B parameters, {j.size_from}" if j.params else f"size {j.size_from}"
+            if not j.params:
+                time = "its time is not counted"
+            elif j.where == "server":
+                time = f"~{j.gpu_hours:,.1f} GPU-hours on its own server's GPUs (as {self.gpu}), not in the hours above"
+            elif j.where == "training GPU":
+                time = f"~{j.gpu_hours:,.1f} GPU-hours on the training GPU, in the hours above"
+            else:
+                time = "on CPU: its time is not estimated"
             lines.append(
                 f"  judge {j.model} ({size}): up to {j.questions:,} questions over {j.rounds} rounds, "
-                f"{j.tokens / 1e6:,.1f}M prompt tokens"
-                + (f", ~{j.gpu_hours:,.1f} GPU-hours on {self.gpu}" if j.params else ": its time is not counted")
+                f"{j.tokens / 1e6:,.1f}M prompt tokens; {time}"
             )
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  WARNING: {w}" for w in self.warnings()]
@@ -463,6 +500,14 @@ def plan_recipe(
     mem, tflops = DEVICES.get(gpu, (gpu_mem_gb, 312.0))
     mem = float(gpu_mem_gb if gpu_mem_gb is not None else mem)
     g = int(num_gpus if num_gpus is not None else recipe.hardware.num_gpus)
+    from xmcbench.methods import METHODS
+
+    one_process = getattr(METHODS.get(recipe.method.name), "single_process", None)
+    if g > 1 and one_process:
+        raise XmcbenchError(
+            f"{recipe.method.name} trains in one process ({one_process}); plan it with --num-gpus 1 "
+            "(a sweep runs several such runs side by side, one per GPU)"
+        )
     name, n_train, n_labels = _dataset_counts(recipe)
     method = recipe.method.name
     params = recipe.method.params()
@@ -558,6 +603,13 @@ def plan_recipe(
             memory["classifier + grads + AdamW (fp32)"] = (
                 4 * classifier / g if params.get("shard", False) else 4 * classifier
             )
+    lmtx = None
+    if method == "lmtx" and config is not None:
+        lmtx = _lmtx_work(config, n_train, n_labels, batch, lengths, judge_params, tflops * 1e12 * utilisation)
+        memory.update(lmtx.judge.memory_gb)
+        notes += lmtx.notes
+    elif judge_params is not None:
+        raise XmcbenchError(f"--judge-params is for LMTX recipes, whose judge is an LLM; {recipe.name} is {method}")
     memory["allocator margin (10%)"] = 0.1 * sum(memory.values())
     non_embedding = max(enc.params - enc.vocab * h, 1)
     flops = 2 * non_embedding * step_tokens + logits_flops
@@ -569,14 +621,12 @@ def plan_recipe(
         pretrains = zero_shot or bool(config.pretrain)  # zero-shot has nothing else to train on
         steps = (int(config.stage1_steps) + int(config.stage2_steps) * bool(config.self_training)) * pretrains
         steps += 0 if zero_shot else int(config.finetune_steps)
-    flops_per_s = g * tflops * 1e12 * utilisation
     other_s, judge = 0.0, None
-    if method == "lmtx" and config is not None:
-        steps, encoded_tokens, judge, lmtx_notes = _lmtx_work(
-            config, n_train, n_labels, batch, lengths, judge_params, tflops * 1e12 * utilisation
-        )
-        other_s = 2 * non_embedding * encoded_tokens / flops_per_s
-        notes += lmtx_notes
+    if lmtx is not None:
+        steps, judge = lmtx.steps, lmtx.judge
+        other_s = 2 * non_embedding * lmtx.encoded_tokens / (g * tflops * 1e12 * utilisation)
+        if judge.where == "training GPU":  # the run waits for it
+            other_s += judge.gpu_hours * 3600
     notes.append(f"step time assumes {utilisation:.0%} of the {gpu}'s bf16 peak ({tflops:.0f} TFLOPS)")
     return Plan(
         recipe=recipe.name,
@@ -628,6 +678,9 @@ def _lmtx_work(config, n_train: int, n_labels: int, batch: int, lengths: TextLen
 
     judge = config.judge
     params, size_from = judge_size(judge, judge_params)
+    where = {"openai": "server", "fake": "none"}.get(judge.backend) or (
+        "training GPU" if str(judge.device).startswith("cuda") else "CPU"
+    )
     if judge.backend == "transformers":
         doc_tokens, cut = int(judge.max_doc_tokens), f"{judge.max_doc_tokens} tokens (max_doc_tokens)"
     else:
@@ -639,6 +692,27 @@ def _lmtx_work(config, n_train: int, n_labels: int, batch: int, lengths: TextLen
     questions = (dev * j if auto else 0) + dev + cycles * (docs * j + dev)
     tokens = documents * doc_tokens + questions * question_tokens
     rounds = (2 if auto else 1) + 2 * cycles
+    notes = [
+        f"LMTX at most: {cycles} cycles (max_cycles; the judge-labelled dev set may stop it sooner) of "
+        f"{config.epochs_per_cycle} epoch(s) over {docs:,} training documents (all counted as kept), "
+        f"top-{j} judged a document; all {n_labels:,} labels encoded twice a cycle (shortlist, dev score)",
+        f"judge: prefill only, 2 x parameters FLOPs a prompt token at the same utilisation; each document read "
+        f"once a round (a server without prefix caching reads it once a question: up to {j}x its tokens), cut "
+        f"at {cut}; every question counted (the judgement cache skips those asked before)",
+    ]
+    memory: dict[str, float] = {}
+    if where == "training GPU" and params:  # the judge lives in the run's process, on its GPU
+        width = 2 if judge.dtype == "bfloat16" else 4
+        memory[f"judge LLM weights ({judge.dtype})"] = width * params / GB
+        cfg = _judge_config(_judge_folder(judge))
+        if cfg and cfg.get("num_hidden_layers") and cfg.get("hidden_size"):
+            heads = int(cfg.get("num_attention_heads") or 1)
+            head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
+            kv_per_token = 2 * int(cfg["num_hidden_layers"]) * int(cfg.get("num_key_value_heads") or heads) * head_dim
+            prompt = doc_tokens + question_tokens
+            memory["judge key/value cache (a batch of prompts)"] = judge.batch_size * prompt * kv_per_token * width / GB
+        else:
+            notes.append("judge's key/value cache not counted: its config.json is not on this machine")
     judge_plan = JudgePlan(
         model=judge.model,
         params=params,
@@ -649,16 +723,18 @@ def _lmtx_work(config, n_train: int, n_labels: int, batch: int, lengths: TextLen
         doc_tokens=doc_tokens,
         question_tokens=question_tokens,
         tokens=tokens,
-        gpu_hours=2 * params * tokens / judge_flops_per_s / 3600,
+        where=where,
+        gpu_hours=2 * params * tokens / judge_flops_per_s / 3600 if where in ("server", "training GPU") else 0.0,
+        memory_gb=memory,
     )
-    notes = [
-        f"LMTX at most: {cycles} cycles (max_cycles; the judge-labelled dev set may stop it sooner) of "
-        f"{config.epochs_per_cycle} epoch(s) over {docs:,} training documents (all counted as kept), "
-        f"top-{j} judged a document; all {n_labels:,} labels encoded twice a cycle (shortlist, dev score)",
-        f"judge: prefill only, 2 x parameters FLOPs a prompt token at the same utilisation; each document read "
-        f"once a round, cut at {cut}; every question counted (the judgement cache skips those asked before)",
-    ]
-    return steps, encoded, judge_plan, notes
+    return _LmtxWork(steps, encoded, judge_plan, notes)
+
+
+class _LmtxWork(NamedTuple):
+    steps: int  # training steps, at most
+    encoded_tokens: int  # tokens encoded outside the steps (shortlists, dev scores, the label table)
+    judge: JudgePlan
+    notes: list[str]
 
 
 def _advice(method: str, regime: str | None, config) -> str:
