@@ -277,6 +277,12 @@ class JudgePlan:
     memory_gb: dict[str, float] = field(default_factory=dict)  # on the training GPU: weights, key/value cache
 
 
+def _hours(seconds: float) -> str:
+    """Hours to two significant digits under 10 (a 3-minute LMTX training reads 0.05, not 0.0)."""
+    hours = seconds / 3600
+    return f"{hours:.2g}" if hours < 10 else f"{hours:,.0f}"
+
+
 def judge_size(judge, given: float | None = None) -> tuple[float, str]:
     """(parameters, how known) of a judge: ``given``; a local model folder's safetensors headers
     (a parts: judge's once converted here); the size in its name (WizardLM-13B-V1.0: 13e9); else
@@ -411,9 +417,9 @@ class Plan:
         lines += [
             f"    {'total':<36}{self.per_device_gb:8.2f} GB of {self.gpu_mem_gb:.0f} GB"
             f" -> {'fits' if self.fits else 'DOES NOT FIT'}",
-            f"  step time ~{self.step_s:.2f} s x {self.steps:,} steps = {self.step_s * self.steps / 3600:.1f} h wall"
-            + (f", + {self.other_s / 3600:.1f} h outside the steps" if self.other_s else "")
-            + f", {self.gpu_hours:,.1f} GPU-hours",
+            f"  step time ~{self.step_s:.2f} s x {self.steps:,} steps = {_hours(self.step_s * self.steps)} h wall"
+            + (f", + {_hours(self.other_s)} h outside the steps" if self.other_s else "")
+            + f", {_hours(self.gpu_hours * 3600)} GPU-hours",
         ]
         if self.judge is not None:
             j = self.judge
@@ -421,9 +427,9 @@ class Plan:
             if not j.params:
                 time = "its time is not counted"
             elif j.where == "server":
-                time = f"~{j.gpu_hours:,.1f} GPU-hours on its own server's GPUs (as {self.gpu}), not in the hours above"
+                time = f"~{_hours(j.gpu_hours * 3600)} GPU-hours on its own server's GPUs (as {self.gpu}), not in the hours above"
             elif j.where == "training GPU":
-                time = f"~{j.gpu_hours:,.1f} GPU-hours on the training GPU, in the hours above"
+                time = f"~{_hours(j.gpu_hours * 3600)} GPU-hours on the training GPU, in the hours above"
             else:
                 time = "on CPU: its time is not estimated"
             lines.append(
