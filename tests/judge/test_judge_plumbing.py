@@ -134,3 +134,16 @@ def test_quality_measures_on_a_perfect_and_a_useless_judge(synth_dataset):
     assert perfect.auc == 1.0 and perfect.accuracy_at_best == 1.0 and perfect.accuracy_at_half == 0.5
     flat = judge_quality(np.full(truth.size, 0.5), truth, labs)
     assert flat.auc == 0.5
+
+
+def test_local_folder_names_where_the_weights_are_without_converting_anything(tmp_path):
+    from pathlib import Path
+
+    from xmcbench.judge.model_files import judges_cache_dir, local_folder
+
+    sha = "ab" * 32
+    assert local_folder(f"parts:judge-part#sha256={sha}") == judges_cache_dir() / sha
+    assert not (judges_cache_dir() / sha).exists()  # only named, never built
+    assert local_folder(str(tmp_path / "judge")) == tmp_path / "judge"
+    assert local_folder("~/m") == Path.home() / "m"
+    assert local_folder(str(tmp_path / "model.gguf")) is None  # its copy is known by the file's sha256

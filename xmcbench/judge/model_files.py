@@ -25,7 +25,7 @@ from xmcbench.fsutil import file_lock, install_dir, sha256_file
 from xmcbench.judge.base import JudgeError
 from xmcbench.paths import cache_dir
 
-__all__ = ["assemble_parts", "judges_cache_dir", "parts_available", "resolve_model"]
+__all__ = ["assemble_parts", "judges_cache_dir", "local_folder", "parts_available", "resolve_model"]
 
 _PARTS = re.compile(r"^parts:(?P<prefix>[A-Za-z0-9._-]+)#sha256=(?P<sha>[0-9a-f]{64})$")
 
@@ -91,9 +91,25 @@ def assemble_parts(prefix: str, sha256: str) -> Path:
     return out
 
 
+def _converted(sha: str) -> Path:
+    """Where a GGUF's bf16 copy is kept."""
+    return judges_cache_dir() / sha
+
+
+def local_folder(spec: str) -> Path | None:
+    """The model folder a spec names on this machine, without assembling or converting anything:
+    a folder as given, a ``parts:`` spec's converted copy, or None (a .gguf's copy is known only by
+    the file's sha256). The folder may not exist."""
+    m = _PARTS.match(spec)
+    if m:
+        return _converted(m["sha"])
+    path = Path(spec).expanduser()
+    return None if path.suffix == ".gguf" else path
+
+
 def _bf16_copy(gguf: Path, sha: str) -> Path:
     """Dequantise a GGUF once and keep a bf16 copy (loading the GGUF itself takes up to a minute)."""
-    folder = judges_cache_dir() / sha
+    folder = _converted(sha)
     if (folder / "config.json").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -287,12 +287,14 @@ def judge_size(judge, given: float | None = None) -> tuple[float, str]:
     """(parameters, how known) of a judge: ``given``; a local model folder's safetensors headers
     (a parts: judge's once converted here); the size in its name (WizardLM-13B-V1.0: 13e9); else
     (0, why unknown)."""
+    from xmcbench.judge.model_files import local_folder
+
     if given is not None:
         return float(given), "as given"
     if judge.backend == "fake":
         return 0.0, "the fake judge: no model"
-    folder = _judge_folder(judge)
-    counted = _safetensors_params(folder) if folder.is_dir() else None
+    folder = local_folder(judge.model)
+    counted = _safetensors_params(folder) if folder is not None and folder.is_dir() else None
     if counted:
         return float(counted), f"counted in {folder}"
     found = _SIZE_IN_NAME.findall(judge.model.split("#")[0].rstrip("/").split("/")[-1])
@@ -303,23 +305,19 @@ def judge_size(judge, given: float | None = None) -> tuple[float, str]:
     return 0.0, "unknown: no local weights and no size in its name; give --judge-params (e.g. 13e9)"
 
 
-def _judge_folder(judge) -> Path:
-    """Where a judge's weights are on this machine, if anywhere: its folder, or a parts: judge's
-    converted copy."""
-    parts = re.match(r"^parts:.*#sha256=([0-9a-f]{64})$", judge.model)
-    if parts:
-        from xmcbench.judge.model_files import judges_cache_dir
+def _judge_config(spec: str) -> dict:
+    """The config.json of a judge's folder on this machine; {} when there is none."""
+    from xmcbench.judge.model_files import local_folder
 
-        return judges_cache_dir() / parts[1]
-    return Path(judge.model).expanduser()
+    folder = local_folder(spec)
+    return _read_config(folder) if folder is not None else {}
 
 
-def _judge_config(folder: Path) -> dict | None:
-    """A local model folder's config.json, or None."""
+def _read_config(folder: Path) -> dict:
     try:
         return json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
-        return None
+        return {}
 
 
 def _safetensors_params(folder: Path) -> int | None:
@@ -328,8 +326,7 @@ def _safetensors_params(folder: Path) -> int | None:
     weights. None when there are none, or when they are quantized (packed weights count low)."""
     from safetensors import safe_open
 
-    config = _judge_config(folder) or {}
-    if config.get("quantization_config"):
+    if _read_config(folder).get("quantization_config"):
         return None
     index = folder / "model.safetensors.index.json"
     if index.is_file():
@@ -710,8 +707,8 @@ def _lmtx_work(config, n_train: int, n_labels: int, batch: int, lengths: TextLen
     if where == "training GPU" and params:  # the judge lives in the run's process, on its GPU
         width = 2 if judge.dtype == "bfloat16" else 4
         memory[f"judge LLM weights ({judge.dtype})"] = width * params / GB
-        cfg = _judge_config(_judge_folder(judge))
-        if cfg and cfg.get("num_hidden_layers") and cfg.get("hidden_size"):
+        cfg = _judge_config(judge.model)
+        if cfg.get("num_hidden_layers") and cfg.get("hidden_size"):
             heads = int(cfg.get("num_attention_heads") or 1)
             head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
             kv_per_token = 2 * int(cfg["num_hidden_layers"]) * int(cfg.get("num_key_value_heads") or heads) * head_dim
