@@ -215,3 +215,50 @@ def test_info_shows_rows_without_labels(synth_dataset):
     result = invoke("info", "synth-test", "--quiet")
     assert result.exit_code == 0, result.output
     assert "rows without any label: 0 of 250 test, 0 of 1,000 train" in result.output
+
+
+def test_read_only_or_full_home_is_one_error_line_and_a_current_cache_still_reads(home, monkeypatch):
+    import errno
+
+    from xmcbench import fsutil
+    from xmcbench.cli import app as main_app
+
+    assert invoke("synth", "Mini", "--labels", "40", "--train", "120", "--test", "30", "--quiet").exit_code == 0
+
+    def read_only(path, **kwargs):  # what taking a lock does on a read-only $XMCBENCH_HOME
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(fsutil, "file_lock", read_only)
+    result = invoke("info", "Mini", "--json")  # current cache: read without the lock
+    assert result.exit_code == 0 and json.loads(result.output)["counts"]["labels"] == 40
+    truth = home.parent / "truth.txt"
+    truth.write_text("1 40\n0:1\n")
+    result = runner.invoke(main_app, ["evaluate", "-p", str(truth), "--dataset", "Mini", "--format", "json"])
+    assert result.exit_code == 1 and "shape (1, 40) but the ground truth has shape (30, 40)" in result.output
+    for args, hint in [
+        (("prepare", "Mini", "--force", "--quiet"), "writable or set XMCBENCH_HOME elsewhere"),
+        (("synth", "Other", "--labels", "5", "--train", "5", "--test", "5"), "writable or set XMCBENCH_HOME"),
+    ]:
+        result = invoke(*args)
+        assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None)))
+        assert result.output.startswith("error: Read-only file system: ") and hint in result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+
+    def full(path, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(fsutil, "file_lock", full)
+    result = invoke("prepare", "Mini", "--force", "--quiet")
+    assert result.exit_code == 1 and "No space left on device" in result.output and "larger disk" in result.output
+
+
+def test_out_of_memory_is_one_error_line(home, monkeypatch):
+    import xmcbench.data
+
+    def too_big(*args, **kwargs):
+        raise MemoryError  # numpy: "Unable to allocate 74.5 GiB" for --labels 10000000000
+
+    monkeypatch.setattr(xmcbench.data, "load_dataset", too_big)
+    result = invoke("synth", "Huge", "--labels", "10000000000", "--train", "1", "--test", "1")
+    assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None)))
+    assert result.output.startswith("error: out of memory") and len(result.output.strip().splitlines()) == 1

@@ -130,3 +130,33 @@ def test_prepared_if_current_checks_synthetic_parameters():
     load_dataset("made-here", synthetic={"labels": 20, "train": 40, "test": 10}, progress=False)
     assert prepared_if_current("made-here", {"labels": 20, "train": 40, "test": 10}).n_labels == 20
     assert prepared_if_current("made-here", {"labels": 21, "train": 40, "test": 10}) is None  # another dataset
+
+
+def test_damaged_cache_is_prepared_again(synth_dataset):
+    load_dataset("synth-test", progress=False)
+    cache = paths.dataset_prepared_dir("synth-test")
+    (cache / "test.labels.indices.npy").unlink()  # e.g. deleted by a disk clean-up
+    ds = load_dataset("synth-test", progress=False)
+    assert ds.labels("test").nnz == ds.meta["counts"]["test_positives"]
+
+
+def test_current_cache_is_read_without_the_lock_and_a_damaged_one_is_named(monkeypatch, synth_raw_dir):
+    import xmcbench.data.load as load_mod
+
+    raw = paths.dataset_raw_dir("LF-Amazon-131K")
+    shutil.copytree(synth_raw_dir, raw)
+    load_dataset("LF-AmazonTitles-131K", progress=False)
+    shutil.rmtree(raw)  # deleted to save space: the cache alone serves
+
+    def no_lock(name, progress=True):  # as on a read-only $XMCBENCH_HOME
+        raise OSError(30, "Read-only file system")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(load_mod, "dataset_lock", no_lock)
+        assert load_dataset("lf-amazontitles-131k", progress=False).n_labels == 200
+    (paths.dataset_prepared_dir("LF-AmazonTitles-131K") / "train.text.bin").unlink()
+    with pytest.raises(
+        XmcbenchError,
+        match=r"not downloaded here and its prepared cache in .* is damaged \(train.text.bin is missing\); run",
+    ):
+        load_dataset("LF-AmazonTitles-131K", progress=False)

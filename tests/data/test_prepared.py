@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -263,3 +264,91 @@ def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path):
     prepare(_spec(), raw, out, progress=False)
     assert not dead.exists() and live.is_dir()
     assert load_prepared(out).n_queries("train") == 4
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate"])
+def test_damaged_cache_is_not_current_and_loads_with_one_clear_error(tmp_path, damage):
+    raw = _tiny_raw(tmp_path / "raw")
+    out = prepare(_spec(), raw, tmp_path / "tiny" / "prepared", progress=False)
+    victim = out / "test.labels.indices.npy"
+    if damage == "delete":
+        victim.unlink()
+    else:
+        victim.write_bytes(victim.read_bytes()[:100])
+    assert not is_prepared_current(_spec(), raw, out)  # so load_dataset prepares it again
+    with pytest.raises(XmcbenchError, match=r"damaged \(test.labels.indices.npy .*datasets prepare tiny --force"):
+        load_prepared(out)
+    out = prepare(_spec(), raw, out, progress=False)
+    assert is_prepared_current(_spec(), raw, out) and load_prepared(out).labels("test").nnz == 3
+
+
+def test_damaged_array_of_an_unchanged_size_is_one_clear_error(tmp_path):
+    out = prepare(_spec(), _tiny_raw(tmp_path / "raw"), tmp_path / "tiny" / "prepared", progress=False)
+    ds = load_prepared(out)
+    for path in (out / "test.labels.indptr.npy", out / "train.text.offsets.npy"):
+        data = bytearray(path.read_bytes())
+        data[:6] = b"garbag"  # the numpy header, not the size
+        path.write_bytes(bytes(data))
+    with pytest.raises(XmcbenchError, match=r"damaged \(test.labels: .*--force"):
+        ds.labels("test")
+    with pytest.raises(XmcbenchError, match=r"damaged \(train.text: .*--force"):
+        ds.query_texts("train")
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"text"', "null", '{"format_version": 1}'])
+def test_meta_json_that_is_no_cache_meta(tmp_path, content):
+    raw = _tiny_raw(tmp_path / "raw")
+    out = prepare(_spec(), raw, tmp_path / "tiny" / "prepared", progress=False)
+    (out / "meta.json").write_text(content)
+    assert not is_prepared_current(_spec(), raw, out)
+    with pytest.raises(XmcbenchError, match="no prepared dataset|damaged"):
+        load_prepared(out)
+
+
+def test_full_disk_while_preparing_is_one_clear_error(tmp_path, monkeypatch):
+    raw = _tiny_raw(tmp_path / "raw")
+    out = tmp_path / "tiny" / "prepared"
+
+    def short_write(file, arr, *args, **kwargs):
+        raise OSError("60001 requested and 55792 written")  # what numpy raises on a full disk
+
+    monkeypatch.setattr(prepared_mod.np, "save", short_write)
+    with pytest.raises(XmcbenchError, match=r"disk full while preparing tiny in .*bytes free there.*XMCBENCH_HOME"):
+        prepare(_spec(), raw, out, progress=False)
+    assert list(out.parent.iterdir()) == []  # no cache and no temp folder left
+
+
+def test_unwritable_cache_folder_is_one_clear_error(tmp_path, monkeypatch):
+    raw = _tiny_raw(tmp_path / "raw")
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / "tiny"))
+
+    monkeypatch.setattr(prepared_mod.fsutil, "temp_path", lambda path: tmp_path / "tiny" / ".x.1.ab.tmp")
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(XmcbenchError, match=r"cannot prepare tiny in .*Read-only file system .*writable"):
+        prepare(_spec(), raw, tmp_path / "tiny" / "prepared", progress=False)
+
+
+def test_bad_raw_file_recorded_in_the_manifest_says_how_to_fetch_it_again(tmp_path):
+    from xmcbench.data.fetch import record_manifest
+
+    raw = _tiny_raw(tmp_path / "raw")
+    (raw / "filter_labels_test.txt").write_text("0 9\n")
+    with pytest.raises(DataFormatError, match=r"filter_labels_test.txt:1: pair \(0, 9\) is out of range") as err:
+        prepare(_spec(), raw, tmp_path / "p", progress=False)
+    assert "delete" not in str(err.value)  # not downloaded: the file is the user's to fix
+    record_manifest(raw, ["trn.json.gz", "tst.json", "lbl.json.gz", *LF_FILES[3:]], "https://mirror/x.zip")
+    with pytest.raises(DataFormatError, match=r"out of range .*delete .*raw — `datasets download` keeps") as err:
+        prepare(_spec(), raw, tmp_path / "p", progress=False)
+    assert err.value.line == 1 and "xmcbench datasets download tiny`" in str(err.value)
+
+
+@pytest.mark.parametrize(("file", "what"), [("lbl.json.gz", "labels"), ("tst.json", "test queries")])
+def test_raw_file_without_records_is_refused(tmp_path, file, what):
+    raw = _tiny_raw(tmp_path / "raw")
+    (raw / file).write_bytes(b"")  # e.g. an empty file in a mirror
+    (raw / "filter_labels_train.txt").write_text("")
+    with pytest.raises(DataFormatError, match=rf"{file}: holds no {what}; the file is empty"):
+        prepare(_spec(), raw, tmp_path / "p", progress=False)
+    assert not (tmp_path / "p").exists()

@@ -44,3 +44,11 @@ def test_training_labels_are_binarised():
 def test_empty_training_set_is_an_error():
     with pytest.raises(XmcbenchError, match="at least one training row"):
         inv_propensity(sp.csr_matrix((0, 5)), 0.55, 1.5)
+
+
+@pytest.mark.parametrize("n_rows", [1, 2])
+def test_fewer_than_three_training_rows_are_refused(n_rows):
+    # ln(2) - 1 < 0 would make the weights negative: PSP@1 0 where P@1 is 50
+    with pytest.raises(XmcbenchError, match=rf"at least 3 training rows \(ln N > 1\); got {n_rows}"):
+        inv_propensity(sp.csr_matrix(np.eye(n_rows, 5, dtype=np.float32)), 0.55, 1.5)
+    assert (inv_propensity(sp.csr_matrix(np.eye(3, 5, dtype=np.float32)), 0.55, 1.5) >= 1).all()

@@ -1,7 +1,8 @@
 """``load_dataset``: the one place that decides how a dataset gets ready, and the lock around it.
 
-For a dataset name (case-insensitive), under a per-dataset lock between processes (so parallel
-runs never generate, download or prepare one dataset twice):
+For a dataset name (case-insensitive), a current prepared cache is opened at once, without a
+lock (nothing is written, so a read-only $XMCBENCH_HOME serves it). Otherwise, under a per-dataset
+lock between processes (so parallel runs never generate, download or prepare one dataset twice):
 
 1. ``synthetic=`` parameters given -> create the synthetic dataset (local spec + raw files) unless an
    identical one exists; other parameters under that name are an error unless ``force``;
@@ -15,15 +16,25 @@ runs never generate, download or prepare one dataset twice):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from pathlib import Path
 from typing import Any, Literal
 
 from xmcbench import fsutil, paths
 from xmcbench.data.catalog import DatasetSpec, check_dataset_name, get_spec, local_spec_path, save_local_spec
 from xmcbench.data.fetch import download_dataset, raw_lock
 from xmcbench.data.fetch.common import say_for
-from xmcbench.data.prepared import META_NAME, PreparedDataset, is_prepared_current, load_prepared, prepare
+from xmcbench.data.prepared import (
+    META_NAME,
+    PreparedDataset,
+    cache_problem,
+    is_prepared_current,
+    load_prepared,
+    prepare,
+    read_meta,
+)
 from xmcbench.data.raw import raw_complete, raw_status
 from xmcbench.data.synth import make_synthetic_spec, materialize
 from xmcbench.errors import XmcbenchError
@@ -68,6 +79,13 @@ def load_dataset(
     made with other parameters. ``rebuild`` prepares the cache again even when it is current.
     """
     check_dataset_name(name)
+    if synthetic is None and not rebuild:
+        # Reading a current cache needs no lock, so a read-only (shared) $XMCBENCH_HOME serves it.
+        spec = get_spec(name)
+        prepared_dir = paths.dataset_prepared_dir(spec.name)
+        if is_prepared_current(spec, paths.dataset_raw_dir(spec.raw_group), prepared_dir):
+            with contextlib.suppress(XmcbenchError):  # replaced at this very moment: wait for the lock
+                return load_prepared(prepared_dir)
     with dataset_lock(name, progress):
         spec = _create_synthetic(name, synthetic, force) if synthetic is not None else get_spec(name)
         raw_dir = paths.dataset_raw_dir(spec.raw_group)
@@ -82,10 +100,18 @@ def load_dataset(
                 download_dataset(spec, source=source, progress=progress)
             else:
                 raise XmcbenchError(
-                    f"dataset {spec.name} is not downloaded here; run `xmcbench datasets download {spec.name}`"
+                    f"dataset {spec.name} is not downloaded here{_damaged_note(prepared_dir)}; "
+                    f"run `xmcbench datasets download {spec.name}`"
                 )
         prepare(spec, raw_dir, prepared_dir, progress=progress)
         return load_prepared(prepared_dir)
+
+
+def _damaged_note(prepared_dir: Path) -> str:
+    """Why a cache that is there cannot be used, for the message that asks for a download."""
+    meta = read_meta(prepared_dir)
+    problem = None if meta is None else cache_problem(prepared_dir, meta)
+    return "" if problem is None else f" and its prepared cache in {prepared_dir} is damaged ({problem})"
 
 
 def _synthetic_spec(name: str, params: dict[str, Any]) -> DatasetSpec:

@@ -3,7 +3,8 @@
 ``prepare(spec, raw_dir, out_dir)`` reads the raw files (streaming: at the 1.3M-label scale no
 more than one chunk of JSON records is in memory) and writes, into ``out_dir``::
 
-    meta.json                                   format version, spec, counts, stats, raw sha256s
+    meta.json                                   format version, spec, counts, stats, raw sha256s,
+                                                the size of every file below
     {train,test}.labels.indptr.npy / .indices.npy   CSR label matrix (values implied 1.0)
     {train,test}.filter.indptr.npy / .indices.npy   filter pairs (only when the dataset has them)
     {train,test}.text.bin + .text.offsets.npy   query texts: utf-8 blob + int64 offsets
@@ -23,6 +24,7 @@ LF-AmazonTitles-1.3M's size takes milliseconds; texts are decoded only when aske
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import shutil
@@ -42,16 +44,18 @@ from xmcbench.data.formats.xc_sparse import read_filter_file
 from xmcbench.data.raw import MANIFEST_NAME, find_raw_file, manifest_or_empty, raw_files
 from xmcbench.data.stats import dataset_stats
 from xmcbench.data.text_blob import EncodedTexts
-from xmcbench.errors import XmcbenchError
+from xmcbench.errors import DataFormatError, XmcbenchError
 
 __all__ = [
     "FORMAT_VERSION",
     "PreparedDataset",
     "TextColumn",
+    "cache_problem",
     "compose_query_texts",
     "is_prepared_current",
     "load_prepared",
     "prepare",
+    "read_meta",
 ]
 
 FORMAT_VERSION = 1
@@ -80,11 +84,14 @@ class TextColumn:
     @classmethod
     def open(cls, folder: Path, prefix: str) -> TextColumn:
         blob_path = Path(folder) / f"{prefix}.bin"
-        offsets = np.load(Path(folder) / f"{prefix}.offsets.npy", mmap_mode="r")
-        if blob_path.stat().st_size == 0:  # np.memmap refuses empty files
-            blob = np.empty(0, dtype=np.uint8)
-        else:
-            blob = np.memmap(blob_path, dtype=np.uint8, mode="r")
+        try:
+            offsets = np.load(Path(folder) / f"{prefix}.offsets.npy", mmap_mode="r")
+            if blob_path.stat().st_size == 0:  # np.memmap refuses empty files
+                blob = np.empty(0, dtype=np.uint8)
+            else:
+                blob = np.memmap(blob_path, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as exc:
+            raise damaged_cache(folder, f"{prefix}: {exc}") from None
         return cls(blob, offsets)
 
     def __len__(self) -> int:
@@ -160,9 +167,12 @@ def _save_csr(folder: Path, prefix: str, matrix: sp.csr_matrix) -> None:
 
 
 def _load_csr(folder: Path, prefix: str, shape: tuple[int, int]) -> sp.csr_matrix:
-    indptr = np.load(folder / f"{prefix}.indptr.npy", mmap_mode="r")
-    indices = np.load(folder / f"{prefix}.indices.npy", mmap_mode="r")
-    matrix = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr), shape=shape, copy=False)
+    try:
+        indptr = np.load(folder / f"{prefix}.indptr.npy", mmap_mode="r")
+        indices = np.load(folder / f"{prefix}.indices.npy", mmap_mode="r")
+        matrix = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr), shape=shape, copy=False)
+    except (OSError, ValueError) as exc:  # a file deleted, truncated or overwritten since prepare
+        raise damaged_cache(folder, f"{prefix}: {exc}") from None
     matrix.has_sorted_indices = True  # written sorted and de-duplicated by prepare
     matrix.has_canonical_format = True
     return matrix
@@ -236,6 +246,30 @@ class PreparedDataset:
         return _load_csr(self.path, f"{split}.filter", (self.n_queries(split), self.n_labels))
 
 
+def damaged_cache(folder: Path, problem: str) -> XmcbenchError:
+    name = Path(folder).parent.name  # the cache lives in datasets/<name>/prepared
+    return XmcbenchError(
+        f"the prepared dataset at {folder} is damaged ({problem}); rebuild it with "
+        f"`xmcbench datasets prepare {name} --force`"
+    )
+
+
+def cache_problem(path: Path, meta: dict) -> str | None:
+    """What is wrong with the cache files ``meta`` lists (one missing, or not the size prepare
+    wrote), or None. Caches prepared before the sizes were recorded are not checked."""
+    files = meta.get("files")
+    if not isinstance(files, dict):
+        return None
+    for name, size in files.items():
+        try:
+            actual = (Path(path) / name).stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if actual != size:
+            return f"{name} has {actual:,} bytes, {size:,} when it was prepared"
+    return None
+
+
 def _check_split(split: str) -> str:
     if split not in SPLITS:
         raise XmcbenchError(f"unknown split {split!r}; use 'train' or 'test'")
@@ -245,7 +279,7 @@ def _check_split(split: str) -> str:
 def load_prepared(path: Path) -> PreparedDataset:
     """Open a prepared cache written by ``prepare`` (memory-mapped, nothing decoded)."""
     path = Path(path)
-    meta = _read_meta(path)
+    meta = read_meta(path)
     if meta is None:
         raise XmcbenchError(f"no prepared dataset at {path}; prepare it with `xmcbench datasets prepare NAME`")
     if meta.get("format_version") != FORMAT_VERSION:
@@ -253,14 +287,22 @@ def load_prepared(path: Path) -> PreparedDataset:
             f"the prepared dataset at {path} has format {meta.get('format_version')}, this xmcbench reads "
             f"format {FORMAT_VERSION}; prepare it again (`xmcbench datasets prepare NAME --force`)"
         )
-    return PreparedDataset(path, meta)
-
-
-def _read_meta(path: Path) -> dict | None:
+    problem = cache_problem(path, meta)
+    if problem is not None:
+        raise damaged_cache(path, problem)
     try:
-        return json.loads((Path(path) / META_NAME).read_text(encoding="utf-8"))
+        return PreparedDataset(path, meta)
+    except (KeyError, TypeError, ValueError) as exc:  # meta.json edited by hand or from elsewhere
+        raise damaged_cache(path, f"{META_NAME} is not as prepare wrote it: {type(exc).__name__} {exc}") from None
+
+
+def read_meta(path: Path) -> dict | None:
+    """The cache's meta.json, or None when it is absent or not a JSON object (never a cache)."""
+    try:
+        meta = json.loads((Path(path) / META_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return meta if isinstance(meta, dict) else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,12 +329,15 @@ def is_prepared_current(spec: DatasetSpec, raw_dir: Path, prepared_dir: Path) ->
     A raw file counts as unchanged when its size matches and its sha256 in the download manifest
     matches the one recorded at prepare time (or, without a manifest entry, its mtime matches).
     When no raw file is present at all (deleted to save space), the cache is used as it is.
+    A cache with a file missing or cut short since prepare is not current (``cache_problem``).
     """
     raw_dir = Path(raw_dir)
-    meta = _read_meta(Path(prepared_dir))
+    meta = read_meta(Path(prepared_dir))
     if meta is None or meta.get("format_version") != FORMAT_VERSION:
         return False
     if meta.get("spec") != spec.model_dump(mode="json"):
+        return False
+    if cache_problem(Path(prepared_dir), meta) is not None:
         return False
     found = {name: find_raw_file(raw_dir, name) for name in spec.files}
     if not any(found.values()):
@@ -339,21 +384,25 @@ def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = Tr
             f"dataset {spec.name}: format {spec.format!r} needs {', '.join(lacking)} in the spec's files"
         )
     files = raw_files(spec, raw_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    fsutil.remove_stale_temps(out_dir.parent)  # cache folders a killed prepare left behind
     tmp = fsutil.temp_path(out_dir)
-    tmp.mkdir()
     try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.remove_stale_temps(out_dir.parent)  # cache folders a killed prepare left behind
+        tmp.mkdir()
         # sha256 of the raw files runs on another core while the main thread parses them
         with ThreadPoolExecutor(max_workers=1) as pool:
             hashing = pool.submit(_fingerprint, files, raw_dir)
             label_lengths = _write_labels(spec, files, tmp, progress)
             n_labels = len(label_lengths)
+            if n_labels == 0:  # an empty or cut-off file: nothing could be evaluated on it
+                raise _empty(spec, files, fmt, "labels")
             matrices, text_lengths, duplicates, filters = {}, {}, {}, {}
             for split in SPLITS:
                 matrices[split], text_lengths[split], duplicates[split] = _write_split(
                     spec, files, split, n_labels, tmp, progress
                 )
+                if matrices[split].shape[0] == 0:
+                    raise _empty(spec, files, fmt, split)
                 filters[split] = _write_filter(files, split, matrices[split].shape, tmp)
             raw = hashing.result()
         _check_against_manifest(spec, raw_dir, raw)
@@ -388,14 +437,66 @@ def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = Tr
             "prepared_at": fsutil.utc_now(),
             "prepare_seconds": round(time.perf_counter() - started, 3),
             "xmcbench_version": __version__,
+            # sizes of the cache's own files: a file deleted or cut short later is noticed
+            "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir())},
         }
         # meta.json last: a folder without it is never taken for a cache
         fsutil.write_json(tmp / META_NAME, meta)
         fsutil.install_dir(tmp, out_dir)
+    except OSError as exc:  # a full disk, a read-only or vanished folder: the user's to fix
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _write_failed(spec, out_dir, exc) from None
+    except DataFormatError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _refetch_hint(spec, raw_dir, exc) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def _empty(spec: DatasetSpec, files: dict[str, Path], fmt, what: str) -> DataFormatError:
+    if what == "labels":  # the file the format's labels come from: the one no split reads
+        split_files = set(fmt.split_files.values())
+        name = next(n for n in fmt.required_files if n not in split_files)
+    else:
+        name = fmt.split_files[what]
+    noun = "labels" if what == "labels" else f"{what} queries"
+    return DataFormatError(files[name], None, f"holds no {noun}; the file is empty or not this dataset's")
+
+
+def _refetch_hint(spec: DatasetSpec, raw_dir: Path, exc: DataFormatError) -> DataFormatError:
+    """``exc`` with the way to replace a bad raw file that its manifest records as verified: a plain
+    download would only verify it again and keep it."""
+    path = Path(exc.path)
+    if not (path.is_relative_to(raw_dir) and path.relative_to(raw_dir).as_posix() in manifest_or_empty(raw_dir)):
+        return exc
+    return DataFormatError(
+        exc.path,
+        exc.line,
+        f"{exc.problem} (to fetch the files again, delete {raw_dir} — `datasets download` keeps files that "
+        f"match its {MANIFEST_NAME} — then run `xmcbench datasets download {spec.name}`, with --source for "
+        "another copy)",
+    )
+
+
+def _write_failed(spec: DatasetSpec, out_dir: Path, exc: OSError) -> XmcbenchError:
+    folder = out_dir.parent
+    # numpy reports a short write as a bare OSError ("N requested and M written"), without errno
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT) or (exc.errno is None and "written" in str(exc)):
+        try:
+            free = f" ({shutil.disk_usage(folder).free:,} bytes free there)"
+        except OSError:
+            free = ""
+        return XmcbenchError(
+            f"disk full while preparing {spec.name} in {folder}{free}; nothing was written: free some space "
+            "or set XMCBENCH_HOME to a larger disk, then run it again"
+        )
+    where = f" ({exc.filename})" if exc.filename else ""
+    return XmcbenchError(
+        f"cannot prepare {spec.name} in {folder}: {exc.strerror or exc}{where}; check that the raw files are "
+        "readable and the folder writable (or set XMCBENCH_HOME elsewhere), then run it again"
+    )
 
 
 def _check_against_manifest(spec: DatasetSpec, raw_dir: Path, raw: dict[str, dict]) -> None:

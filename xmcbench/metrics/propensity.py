@@ -5,7 +5,7 @@ truth, so a correct prediction of it is worth more. With N training rows, n_l th
 training rows that carry label l, and dataset constants A and B::
 
     C   = (ln N - 1) * (B + 1)^A
-    w_l = 1 + C * (n_l + B)^(-A)          (the inverse propensity, >= 1 when N > e)
+    w_l = 1 + C * (n_l + B)^(-A)          (the inverse propensity, >= 1 when N > e; fewer rows are refused)
 
 Labels never seen in training get the largest weight, 1 + C * B^(-A). The training labels are
 binarised (a stored non-zero is one annotation; repeats count once). Recommended (A, B): 0.55/1.5 by
@@ -40,6 +40,11 @@ def inv_propensity(train_labels, A: float, B: float) -> np.ndarray:
     n_rows = train_labels.shape[0]
     if n_rows < 1:
         raise XmcbenchError("inverse propensities need at least one training row; got an empty label matrix")
+    if n_rows < 3:  # ln N - 1 < 0: every weight would be under 1 (negative for N = 1)
+        raise XmcbenchError(
+            f"inverse propensities need at least 3 training rows (ln N > 1); got {n_rows}: give the whole "
+            "training label matrix, or none for scores without PSP/PSnDCG"
+        )
     if B <= 0 and A > 0:
         raise XmcbenchError(f"propensity B must be > 0 (labels with no training rows would divide by zero); got {B}")
     if B <= -1:

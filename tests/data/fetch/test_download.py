@@ -6,6 +6,7 @@ import errno
 import hashlib
 import io
 import json
+import logging
 import os
 import socket
 import sys
@@ -347,6 +348,31 @@ def test_interrupt_during_extraction_keeps_the_complete_archive(server, home, mo
     assert _listing(raw) == sorted([*LF_FILES, "manifest.json"])
 
 
+def test_no_space_to_extract_keeps_the_complete_archive(server, home, monkeypatch):
+    from xmcbench.data.fetch import extract as extract_mod
+
+    url = server.serve("t.tar.gz", _targz(_raw_files()))
+    spec = _spec(Source(kind="url", ref=url, filename="t.tar.gz", archive=True))
+    real_usage = extract_mod.shutil.disk_usage
+
+    class Full:
+        total, used, free = 10**9, 10**9 - 1_000, 1_000
+
+    # room for the download, none for its extraction
+    monkeypatch.setattr(
+        extract_mod.shutil, "disk_usage", lambda path: Full if ".archive" in str(path) else real_usage(path)
+    )
+    with pytest.raises(DownloadError, match=r"not enough disk space to extract .*complete download .* is kept"):
+        download_dataset(spec, progress=False)
+    raw = paths.dataset_raw_dir("Tiny-1K")
+    kept = _listing(raw)
+    assert len(kept) == 2 and kept[0] == ".downloads" and kept[1].endswith("-t.tar.gz")  # no staging, no data files
+    monkeypatch.setattr(extract_mod.shutil, "disk_usage", real_usage)  # space was freed
+    download_dataset(spec, progress=False)
+    assert len(server.statuses("t.tar.gz")) == 1  # the archive was not fetched again
+    assert _listing(raw) == sorted([*LF_FILES, "manifest.json"])
+
+
 def test_synthetic_dataset_download_regenerates(home):
     from xmcbench.data.synth import make_synthetic_spec
 
@@ -364,7 +390,7 @@ def test_corrupt_archive_leaves_nothing(server, home):
     data = _targz({n: _bytes(60_000, i) for i, n in enumerate(LF_FILES)})
     url = server.serve("t.tar.gz", data[: len(data) * 2 // 3])  # served complete, but truncated content
     spec = _spec(Source(kind="url", ref=url, filename="t.tar.gz", archive=True))
-    with pytest.raises(DownloadError, match="corrupt or truncated"):
+    with pytest.raises(DownloadError, match="corrupt or truncated.*the downloaded copy was deleted: running the same"):
         download_dataset(spec, progress=False)
     assert _listing(paths.dataset_raw_dir("Tiny-1K")) == []
 
@@ -433,6 +459,10 @@ def test_local_directory_and_archive_sources(home, tmp_path):
     raw = download_dataset(_spec(name="Arch-1K"), source=str(tmp_path / "t.tar.gz"), progress=False)
     assert {n: (raw / n).read_bytes() for n in files} == files
     assert (tmp_path / "t.tar.gz").exists()
+    (tmp_path / "cut.tar.gz").write_bytes(_targz(files)[:3_000])
+    with pytest.raises(DownloadError, match=r"cut.tar.gz is corrupt or truncated .*download it again$"):
+        download_dataset(_spec(name="Cut-1K"), source=str(tmp_path / "cut.tar.gz"), progress=False)
+    assert (tmp_path / "cut.tar.gz").exists()  # the user's own file: never deleted, and not said to be
 
 
 def test_files_put_into_the_raw_folder_by_hand_are_recorded(home):
@@ -527,6 +557,21 @@ def test_hf_offline_is_a_clear_error(home, monkeypatch, tmp_path):
     assert _listing(paths.dataset_raw_dir("Tiny-1K")) == []
 
 
+def test_hf_error_never_shows_the_endpoints_password(home, monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def unreachable(*args, **kwargs):
+        raise LocalEntryNotFoundError("cannot reach the endpoint")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "https://user:Pa55word@hub.example.org")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable)
+    with pytest.raises(DownloadError, match=r"hub\.example\.org\): cannot reach") as err:
+        download_dataset(_spec(), source="hf://org/repo", progress=False)
+    assert "Pa55word" not in str(err.value)
+
+
 def _fake_hub(monkeypatch, repo: dict[str, bytes]):
     """Replace snapshot_download by a stand-in that 'downloads' the matching files of ``repo``
     into local_dir, filtering with huggingface_hub's own pattern matcher."""
@@ -604,6 +649,33 @@ def test_503_for_too_long_is_one_clear_error(server, tmp_path, monkeypatch):
     with pytest.raises(DownloadError, match="HTTP 503 .*from"):
         fetch_url(url, tmp_path / "busy.bin", progress=False)
     assert len(server.statuses("busy.bin")) == 2 and _listing(tmp_path) == []
+
+
+def test_retry_and_connection_logs_never_show_url_secrets(server, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    secret = "?token=Secret1234Secret&sig=Sig5678Sig"
+    url = server.serve("busy.bin", b"data", fault="503", drops=1) + secret
+    fetch_url(url.replace("http://", "http://user:Pa55word@"), tmp_path / "busy.bin", progress=False)
+    with pytest.raises(DownloadError):
+        fetch_url(f"http://127.0.0.1:{_free_port()}/x.zip{secret}", tmp_path / "x.zip", progress=False)
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "busy.bin" in logged and "x.zip" in logged  # the retries were logged ...
+    assert "Secret" not in logged and "Sig5678" not in logged and "Pa55word" not in logged  # ... redacted
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_messages_print_paths_as_written(capsys):
+    from xmcbench.data.fetch.common import say_for
+
+    path = "/data/[red]x/" + "long-folder-name/" * 20
+    say_for(True)(f"raw files saved in {path}")
+    say_for(False)("never shown")
+    assert capsys.readouterr().err == f"raw files saved in {path}\n"  # no markup eaten, no line broken
 
 
 def _dead_pid() -> int:

@@ -90,6 +90,7 @@ BAD = [
     (_line(target_ind=[-1]), r"trn.json.gz:2: negative label index -1"),
     (_line(target_ind=[1.5]), r"trn.json.gz:2: label index 1.5 in 'target_ind' is not an integer"),
     (_line(target_ind=["2"]), r"trn.json.gz:2: label index '2' in 'target_ind' is not an integer"),
+    (_line(target_ind=[1, True]), r"trn.json.gz:2: label index True in 'target_ind' is not an integer"),
     (_line(target_ind=3), r"trn.json.gz:2: 'target_ind' must be a list"),
     (_line(title=...), r"trn.json.gz:2: record has no 'title'"),
     (_line(title=None), r"trn.json.gz:2: 'title' must be a string"),
@@ -106,6 +107,25 @@ def test_malformed_line_names_file_and_line(tmp_path, bad, message):
     with pytest.raises(DataFormatError, match=message) as info:
         list(read_lf_chunks(path, n_labels=5))
     assert info.value.line == 2 and info.value.path == str(path)
+
+
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (
+            b'{"uid": "u", "title": "caf\xe9", "target_ind": [0]}',
+            r"trn.json.gz:2: not valid UTF-8 \(byte 0xe9 at column 27\)",
+        ),
+        (_line(target_ind=[True]).encode(), r"trn.json.gz:2: label index True in 'target_ind' is not an integer"),
+    ],
+)
+def test_prepare_reader_names_bad_bytes_and_booleans(tmp_path, bad, message):
+    path = tmp_path / "trn.json.gz"
+    path.write_bytes(gzip.compress(b"\n".join([_line().encode(), bad, _line().encode()]) + b"\n"))
+    with pytest.raises(DataFormatError, match=message):
+        list(jsonl.read_columns(path, text="title", n_labels=5, targets=True, what="t", progress=False))
+    with pytest.raises(DataFormatError, match=message):
+        list(read_lf_chunks(path, n_labels=5))
 
 
 def test_errors_found_across_chunks(tmp_path, monkeypatch):
@@ -221,6 +241,8 @@ def test_read_text_lines(tmp_path):
     path.write_bytes(b"ok\n\xff\xfe\n")
     with pytest.raises(DataFormatError, match="texts.txt:2: not valid UTF-8"):
         read_text_lines(path)
+    path.write_bytes(b"\xef\xbb\xbfair_transport\r\nbeef\r\n")  # label_map.txt as Notepad saves it
+    assert read_text_lines(path) == ["air_transport", "beef"]
 
 
 def test_writer_is_atomic_and_deterministic(tmp_path):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import os
+import warnings
 
 import numpy as np
 import pytest
@@ -108,6 +110,7 @@ def test_gzip_detected_by_content(tmp_path):
     [
         ("2 x\n0:1\n\n", 1, "bad header"),
         ("2\n0:1\n\n", 1, "bad header"),
+        ("2 4 3\n0,2 1:0.5 3:1\n1 0:1\n", 1, "looks like an XC repository BoW data file"),
         ("\n0:1\n", 1, "missing header"),
         ("2 3\n0:1\n1:1\n2:1\n", 4, "header says 2 rows but the file has 3"),
         ("3 3\n0:1\n", None, "header says 3 rows but the file has 1"),
@@ -183,6 +186,57 @@ def test_load_bad_npz(tmp_path):
     path.write_bytes(b"not a zip")
     with pytest.raises(DataFormatError, match="scipy.sparse"):
         load_sparse(path)
+
+
+def test_load_tells_npz_and_text_by_content_not_name(tmp_path):
+    matrix = sp.csr_matrix(np.array([[0, 0.5, 0], [1, 0, 0]], dtype=np.float32))
+    save_sparse(tmp_path / "real.npz", matrix)
+    (tmp_path / "real.npz").rename(tmp_path / "zip.txt")  # an .npz under a text name
+    (tmp_path / "text.npz").write_text("2 3\n1:0.5\n0:1\n")  # sparse text under an .npz name
+    (tmp_path / "gz.npz").write_bytes(gzip.compress(b"2 3\n1:0.5\n0:1\n"))
+    for name in ("zip.txt", "text.npz", "gz.npz"):
+        assert (load_sparse(tmp_path / name) != matrix).nnz == 0, name
+
+
+def test_load_refuses_a_dense_npy_array_with_the_way_to_save_it(tmp_path):
+    for name in ("scores.npy", "scores.npz", "scores.txt"):
+        with open(tmp_path / name, "wb") as fh:
+            np.save(fh, np.ones((2, 3), dtype=np.float32))
+        with pytest.raises(DataFormatError, match=r"a dense numpy array \(.npy\).*scipy.sparse.save_npz"):
+            load_sparse(tmp_path / name)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_pipe_is_read_like_a_file(tmp_path, compress):
+    """``--predictions <(zcat p.txt.gz)``: a pipe cannot seek, and its head cannot be read twice."""
+    import threading
+
+    payload = b"2 3\n1:0.5\n0:1\n"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(
+        target=fifo.write_bytes, args=(gzip.compress(payload) if compress else payload,), daemon=True
+    )
+    writer.start()
+    try:
+        assert load_sparse(fifo).toarray().tolist() == [[0, 0.5, 0], [1, 0, 0]]
+    finally:
+        writer.join(timeout=10)
+
+
+def test_utf8_byte_order_mark_is_ignored(tmp_path):
+    (tmp_path / "bom.txt").write_bytes(b"\xef\xbb\xbf2 3\r\n1:0.5\r\n0:1\r\n")  # as Windows Notepad saves it
+    assert read_sparse_text(tmp_path / "bom.txt").toarray().tolist() == [[0, 0.5, 0], [1, 0, 0]]
+    (tmp_path / "filter.txt").write_bytes(b"\xef\xbb\xbf1 2\n")
+    assert read_filter_file(tmp_path / "filter.txt", (2, 3)).toarray().tolist() == [[0, 0, 0], [0, 0, 1]]
+
+
+def test_values_beyond_float32_become_infinite_without_a_warning(tmp_path):
+    (tmp_path / "big.txt").write_text("2 3\n0:1e40 1:-1e40\n2:1e40\n")  # uniform and mixed values
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning would be printed to the user's terminal
+        matrix = read_sparse_text(tmp_path / "big.txt")
+    assert matrix.data.tolist() == [np.inf, -np.inf, np.inf]
 
 
 def test_read_speed_smoke(tmp_path):

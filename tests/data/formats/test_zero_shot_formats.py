@@ -12,6 +12,7 @@ downloadable ones, through ``download_dataset`` from a local folder laid out lik
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 
 import numpy as np
@@ -102,7 +103,7 @@ def _zestxml_folder(root):
     (root / "raw" / "tst_X.txt").write_text("a title\tits body &amp; more\n", encoding="utf-8")
     (root / "raw" / "Y.txt").write_text("shoes\nsocks\nhats\n", encoding="utf-8")
     # XC sparse text: "rows cols" header, then index:value from 0 (values written as floats)
-    (root / "trn_X_Y.txt").write_text("2 3\n0:1.000000 1:1.000000\n2:1.000000\n")
+    (root / "trn_X_Y.txt").write_text("2 3\n0:1.000000 1:1.000000\n0:0.000000 2:1.000000\n")  # 0: no label
     (root / "tst_X_Y.txt").write_text("1 3\n1:1.000000\n")
     (root / "trn_X_Xf.txt").write_text("2 1\n0:0.5\n0:0.5\n")  # tf-idf features: present, not read
     return root
@@ -188,6 +189,22 @@ def test_aplc_csv_bad_files_name_file_and_line(tmp_path, content, match):
 
     path = tmp_path / "train.csv"
     path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataFormatError, match=match):
+        read_aplc_csv(path, {"wikipedia": 0})
+
+
+@pytest.mark.parametrize(
+    ("cut", "match"),
+    [
+        (lambda data: gzip.compress(data)[:-20], r"train\.csv: cannot read the file \(Compressed file ended"),
+        (lambda data: b"\x1f\x8b" + b"not gzip" * 4, r"train\.csv: cannot read the file"),
+    ],
+)
+def test_aplc_csv_truncated_or_corrupt_gzip_is_a_data_error(tmp_path, cut, match):
+    from xmcbench.data.formats.aplc_csv import read_aplc_csv
+
+    path = tmp_path / "train.csv"
+    path.write_bytes(cut(b"id,text,label\n" + b'0,"some, text",wikipedia\n' * 100))
     with pytest.raises(DataFormatError, match=match):
         read_aplc_csv(path, {"wikipedia": 0})
 

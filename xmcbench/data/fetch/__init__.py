@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from xmcbench import fsutil, paths
 from xmcbench.data.catalog import DatasetSpec, Source, resolve_spec
-from xmcbench.data.fetch.common import byte_bar, copy_file, say_for, walk
+from xmcbench.data.fetch.common import NoSpaceError, byte_bar, copy_file, say_for, walk
 from xmcbench.data.fetch.extract import archive_kind, extract_archive, is_archive_name
 from xmcbench.data.fetch.gdrive import fetch_gdrive
 from xmcbench.data.fetch.hf import fetch_hf
@@ -93,10 +93,7 @@ def download_dataset(name_or_spec: str | DatasetSpec, source: str | None = None,
             return raw_dir
         manifest = read_manifest(raw_dir)
         if manifest and any(f.status == "changed" for f in report.files):
-            say(
-                f"[yellow]{spec.raw_group}: local files differ from {MANIFEST_NAME}; downloading again[/]",
-                highlight=False,
-            )
+            say(f"{spec.raw_group}: local files differ from {MANIFEST_NAME}; downloading again", style="yellow")
         if not source and spec.synthetic is not None:  # "downloading" a synthetic dataset regenerates it
             materialize(spec, raw_dir)
             say(f"{spec.raw_group}: synthetic raw files regenerated in {raw_dir}", highlight=False)
@@ -161,9 +158,21 @@ def _download_into(
         say(f"{spec.raw_group}: {len(placed)} raw files saved in {raw_dir}", highlight=False)
     except KeyboardInterrupt:
         raise  # keep complete downloads and .part files for the next try
-    except BaseException:
-        for path in fetched:  # complete but unusable (corrupt, wrong content): do not reuse it
+    except NoSpaceError as exc:  # the downloads are fine: keep them, so that the next try needs no download
+        kept = [path for path in fetched if path.exists()]
+        if not kept:
+            raise
+        raise NoSpaceError(
+            f"{exc}; the complete download ({', '.join(str(p) for p in kept)}) is kept and reused by the next try"
+        ) from None
+    except BaseException as exc:
+        removed = [path for path in fetched if path.exists()]
+        for path in removed:  # complete but unusable (corrupt, wrong content): do not reuse it
             _remove(path)
+        if removed and isinstance(exc, DownloadError):  # its message may name the copy just deleted
+            raise type(exc)(
+                f"{exc} (the downloaded copy was deleted: running the same command again downloads it anew)"
+            ) from None
         raise
     else:
         for path in fetched:

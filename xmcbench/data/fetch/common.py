@@ -25,9 +25,21 @@ console = Console(stderr=True)  # messages and bars never go to stdout
 Update = Callable[[int, "int | None"], None]
 
 
+class NoSpaceError(DownloadError):
+    """The disk is too full for a download or an extraction: nothing is wrong with the files, so a
+    complete download is kept for the next try."""
+
+
 def say_for(progress: bool) -> Callable[..., None]:
-    """``console.print`` when ``progress``, else a no-op."""
-    return console.print if progress else (lambda *a, **k: None)
+    """``console.print`` when ``progress``, else a no-op. Messages print as written: a "[" in a path
+    is not rich markup, and a long path is not broken at the terminal's width (it copies back whole)."""
+    if not progress:
+        return lambda *a, **k: None
+
+    def say(message, **kwargs) -> None:
+        console.print(message, **{"markup": False, "highlight": False, "soft_wrap": True, **kwargs})
+
+    return say
 
 
 @contextlib.contextmanager
@@ -37,7 +49,7 @@ def byte_bar(enabled: bool, description: str, total: int | None) -> Iterator[Upd
         yield lambda done, total=None: None
         return
     with Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # a file name's "[" is not markup
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
@@ -83,16 +95,16 @@ def check_space(folder: Path, needed: int, what: str) -> None:
     """DownloadError when ``folder``'s disk has less than ``needed`` bytes free."""
     free = shutil.disk_usage(folder).free
     if needed > free:
-        raise DownloadError(
+        raise NoSpaceError(
             f"not enough disk space for {what} in {folder}: needed {needed:,} bytes "
             f"({human_size(needed)}), {free:,} free ({human_size(free)}); {LARGER_DISK}"
         )
 
 
-def disk_full(what: str, folder: Path, needed: str = "", after: str = "") -> DownloadError:
+def disk_full(what: str, folder: Path, needed: str = "", after: str = "") -> NoSpaceError:
     free = shutil.disk_usage(folder).free
     need = f"needed {needed}, " if needed else ""
-    return DownloadError(f"disk full while {what} into {folder}: {need}{free:,} bytes free{after}; {LARGER_DISK}")
+    return NoSpaceError(f"disk full while {what} into {folder}: {need}{free:,} bytes free{after}; {LARGER_DISK}")
 
 
 def copy_file(src: Path, dest: Path) -> None:

@@ -35,7 +35,7 @@ from typing import Literal
 from rich.filesize import decimal as human_size
 
 from xmcbench import fsutil
-from xmcbench.data.fetch.common import LARGER_DISK
+from xmcbench.data.fetch.common import LARGER_DISK, NoSpaceError
 from xmcbench.errors import DownloadError
 
 __all__ = [
@@ -95,8 +95,7 @@ def extract_archive(
     kind = archive_kind(archive)
     if kind is None:
         raise DownloadError(
-            f"{archive} is not a readable zip or tar archive (truncated or corrupt download?); "
-            "delete it and download again"
+            f"{archive} is not a readable zip or tar archive (truncated or corrupt download?); download it again"
         )
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = fsutil.temp_path(dest)
@@ -144,24 +143,22 @@ def _check_sizes(archive: Path, declared: int, dest: Path) -> None:
         )
     free = shutil.disk_usage(dest).free
     if declared > free:
-        raise DownloadError(
+        raise NoSpaceError(
             f"not enough disk space to extract {archive} into {dest}: its members need {declared:,} bytes "
             f"({human_size(declared)}), {free:,} free ({human_size(free)}); {LARGER_DISK}"
         )
 
 
-def _disk_full(archive: Path, folder: Path) -> DownloadError:
+def _disk_full(archive: Path, folder: Path) -> NoSpaceError:
     free = shutil.disk_usage(folder).free
-    return DownloadError(
+    return NoSpaceError(
         f"disk full while extracting {archive} into {folder} ({free:,} bytes free there); "
         f"{LARGER_DISK}, then run the download again"
     )
 
 
 def _corrupt(archive: Path, exc: BaseException) -> DownloadError:
-    return DownloadError(
-        f"{archive} is corrupt or truncated ({type(exc).__name__}: {exc}); delete it and download again"
-    )
+    return DownloadError(f"{archive} is corrupt or truncated ({type(exc).__name__}: {exc}); download it again")
 
 
 def _is_codec_error(exc: BaseException) -> bool:

@@ -66,7 +66,7 @@ def fetch_hf(spec: DatasetSpec, src: Source, local_dir: Path, progress: bool) ->
             ) from None
         first = redact(str(exc)).splitlines()[0]
         raise DownloadError(
-            f"cannot download {spec.name} from {where} ({endpoint or 'huggingface.co'}): {first}"
+            f"cannot download {spec.name} from {where} ({redact(endpoint or 'huggingface.co')}): {first}"
         ) from None
     except (RepositoryNotFoundError, GatedRepoError) as exc:
         raise DownloadError(

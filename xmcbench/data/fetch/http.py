@@ -13,7 +13,9 @@ call. Environment proxies (``HTTPS_PROXY``, ``NO_PROXY``) are honoured.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import logging
 import os
 import re
 import urllib.request
@@ -44,6 +46,7 @@ RETRIES = 4  # retries of a failed connect or a 429/5xx answer, per request
 BACKOFF_FACTOR = 0.5  # seconds; doubled on each retry (0, 1, 2, 4 … at most BACKOFF_MAX)
 BACKOFF_MAX = 30.0
 RETRY_STATUSES = (429, 500, 502, 503, 504)
+_URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.poolmanager", "urllib3.util.retry")  # they log URLs
 
 
 class _Dropped(Exception):
@@ -84,7 +87,7 @@ def fetch_url(
     part = target.with_name(target.name + ".part")
     label = what or target.name
     pool = _pool(url)
-    with byte_bar(progress, label, None) as update:
+    with _redacted_library_logs(url), byte_bar(progress, label, None) as update:
         for attempt in range(resumes + 1):
             try:
                 _fetch_once(pool, url, part, label, update)
@@ -105,6 +108,41 @@ def fetch_url(
         )
     os.replace(part, target)
     return target
+
+
+class _RedactUrl(logging.Filter):
+    """Rewrite a log record so the URL's credentials and secret query values do not show.
+
+    urllib3 logs retries and redirects with the request target alone (``/x.zip?token=…``), which
+    ``redact`` does not recognise as a URL: each form of the URL is replaced by its redacted twin.
+    """
+
+    def __init__(self, url: str):
+        super().__init__()
+        safe = redact(url)
+        parts, safe_parts = urllib3.util.parse_url(url), urllib3.util.parse_url(safe)
+        self._pairs = [(url, safe), (parts.request_uri, safe_parts.request_uri)]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        for secret, safe in self._pairs:
+            message = message.replace(secret, safe)
+        record.msg, record.args = redact(message), None
+        return True
+
+
+@contextlib.contextmanager
+def _redacted_library_logs(url: str):
+    """While ``url`` is fetched, urllib3's log lines (retries, redirects) name it redacted."""
+    loggers = [logging.getLogger(name) for name in _URLLIB3_LOGGERS]
+    redactor = _RedactUrl(url)
+    for logger in loggers:
+        logger.addFilter(redactor)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(redactor)
 
 
 def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, update: Update) -> None:

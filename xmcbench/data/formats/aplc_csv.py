@@ -35,6 +35,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,6 +83,10 @@ def read_aplc_csv(path: Path, label_index: dict[str, int]) -> tuple[list[str], l
                 rows.append([label_index[x] for x in names])
     except UnicodeDecodeError as exc:
         raise DataFormatError(path, None, f"not valid UTF-8 ({exc.reason}); re-save the file as UTF-8") from None
+    except (OSError, EOFError, zlib.error) as exc:  # a truncated or corrupt gzip
+        raise DataFormatError(path, None, f"cannot read the file ({exc}); download it again") from None
+    except csv.Error as exc:
+        raise DataFormatError(path, None, f"not a readable csv file ({exc})") from None
     return ids, unescape_texts(texts), rows
 
 

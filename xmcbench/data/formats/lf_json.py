@@ -96,6 +96,7 @@ def read_text_lines(path: Path) -> list[str]:
         raise DataFormatError(
             path, line, f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); re-save the file as UTF-8"
         ) from None
+    text = text.removeprefix("\ufeff")  # the byte order mark Windows editors write: not part of text 0
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
@@ -332,6 +333,15 @@ def _parse_lines(path: Path, first: int, lines: list[bytes]) -> list:
         try:  # json accepts what orjson refuses on principle (lone surrogates); keep such records
             records.append(json.loads(line))
         except ValueError:
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:  # say so: "not valid JSON (surrogates …)" misleads
+                raise DataFormatError(
+                    path,
+                    first + offset,
+                    f"not valid UTF-8 (byte 0x{line[exc.start]:02x} at column {exc.start + 1}); "
+                    "re-save the file as UTF-8",
+                ) from None
             raise DataFormatError(path, first + offset, f"not valid JSON ({fast_error})") from None
     return records
 
@@ -358,6 +368,8 @@ def _columns(path: Path, first: int, records: list, n_labels: int | None, target
             _raise_record_error(path, first, records, n_labels, targets)
         counts = np.fromiter(map(len, target_lists), dtype=np.int64, count=len(target_lists))
         flat = list(itertools.chain.from_iterable(target_lists))
+        if not set(map(type, flat)) <= {int}:  # numpy would read [true, 2] as [1, 2]
+            _raise_record_error(path, first, records, n_labels, targets)
         try:
             indices = np.array(flat) if flat else np.empty(0, dtype=np.int64)
         except (ValueError, TypeError):  # a nested list among the indices: named below

@@ -26,6 +26,7 @@ import gzip
 import os
 import re
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
+_ZIP_MAGIC = b"PK\x03\x04"
+_NPY_MAGIC = b"\x93NUMPY"
 _TOKEN = re.compile(rb"^(-?\d+):(\S+)$")
 _IS_WS = np.zeros(256, dtype=bool)
 _IS_WS[list(b" \t\r\n\v\f")] = True  # lookup table: byte -> is whitespace
@@ -53,18 +57,18 @@ _IS_WS[list(b" \t\r\n\v\f")] = True  # lookup table: byte -> is whitespace
 
 
 def _read_bytes(path: Path) -> bytes:
-    """Whole file as bytes, transparently gunzipped (detected by magic number, not extension)."""
+    """Whole file as bytes, transparently gunzipped (detected by magic number, not extension),
+    without the UTF-8 byte order mark that Windows editors put at the start. Read in one go, never
+    seeking, so a pipe works too (``--predictions <(zcat p.txt.gz)``)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(2)
-            fh.seek(0)
-            if head == _GZIP_MAGIC:
-                with gzip.GzipFile(fileobj=fh) as gz:
-                    return gz.read()
-            return fh.read()
+            data = fh.read()
+        if data.startswith(_GZIP_MAGIC):
+            data = gzip.decompress(data)
+        return data[len(_UTF8_BOM) :] if data.startswith(_UTF8_BOM) else data
     except FileNotFoundError:
         raise DataFormatError(path, None, "file not found") from None
-    except (OSError, EOFError) as exc:  # truncated gzip, unreadable file
+    except (OSError, EOFError, zlib.error) as exc:  # truncated gzip, unreadable file
         raise DataFormatError(path, None, f"cannot read file ({exc}); re-download or re-create it") from None
 
 
@@ -172,6 +176,14 @@ def _diagnose_sparse_rows(path: Path, lines: list[bytes], n_cols: int) -> None:
 
 def _parse_header(path: Path, header: bytes) -> tuple[int, int]:
     parts = header.split()
+    if len(parts) == 3 and all(p.isdigit() for p in parts):
+        raise DataFormatError(
+            path,
+            1,
+            f"header {header.decode(errors='replace').strip()!r} has three numbers: this looks like an XC "
+            "repository BoW data file (points, features, labels; lines 'labels features'); give a label "
+            "matrix in sparse text instead ('<rows> <cols>' header, then 'index:value' rows)",
+        )
     try:
         if len(parts) != 2:
             raise ValueError
@@ -201,6 +213,8 @@ def read_sparse_text(path: str | os.PathLike, n_cols: int | None = None) -> sp.c
     """
     path = Path(path)
     raw = _read_bytes(path).replace(b"\r\n", b"\n")
+    if raw.startswith((_ZIP_MAGIC, _NPY_MAGIC)):  # only through a pipe: load_sparse sniffs files first
+        raise DataFormatError(path, None, "a numpy .npz/.npy file, not sparse text; give the file itself, not a pipe")
     newline = raw.find(b"\n")
     header, body = (raw, b"") if newline < 0 else (raw[:newline], raw[newline + 1 :])
     if not header.strip():
@@ -234,7 +248,8 @@ def read_sparse_text(path: str | os.PathLike, n_cols: int | None = None) -> sp.c
     # 3. Indices: the digits between each token's start and its ':' (vectorised integer parse).
     indices = _parse_digits(buf, starts, colons) if ok else None
     # 4. Values: the text between each ':' and the end of its token.
-    values = _parse_values(buf, is_ws, starts, colons) if indices is not None else None
+    with np.errstate(over="ignore"):  # beyond float32's range is ±inf, which the checks downstream judge
+        values = _parse_values(buf, is_ws, starts, colons) if indices is not None else None
     if values is None:
         _diagnose_sparse_rows(path, lines, cols)
         raise DataFormatError(path, None, "could not parse the file; every token must be index:value")
@@ -298,13 +313,39 @@ def write_sparse_text(path: str | os.PathLike, matrix) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# npz or text by extension
+# npz or text, told by the content
+
+
+def _looks_like_npz(path: Path) -> bool:
+    """Whether ``path`` is to be read as .npz: a zip file whatever its name, or a file named .npz
+    unless its content is plainly sparse text (a header's digit, or gzip) saved under that name."""
+    if not path.is_file():  # missing, or a pipe: reading its head here would lose it for the reader
+        return path.suffix == ".npz"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return path.suffix == ".npz"  # the reader says what is wrong
+    if head.startswith(_NPY_MAGIC):
+        raise DataFormatError(
+            path,
+            None,
+            "a dense numpy array (.npy), not a sparse matrix; save it with "
+            "scipy.sparse.save_npz(path, scipy.sparse.csr_matrix(array)), or as sparse text",
+        )
+    if head.startswith(_ZIP_MAGIC):
+        return True
+    return path.suffix == ".npz" and not (head[:1].isdigit() or head.startswith((_GZIP_MAGIC, _UTF8_BOM)))
 
 
 def load_sparse(path: str | os.PathLike) -> sp.csr_matrix:
-    """Load a CSR matrix from ``.npz`` (scipy.sparse.save_npz) or sparse text (any other name)."""
+    """Load a CSR matrix from ``.npz`` (scipy.sparse.save_npz) or sparse text (plain or gzip).
+
+    The content decides, not the name: a zip file is read as .npz, sparse text saved as ``x.npz``
+    as text; a dense ``.npy`` array is refused with the way to save it as a sparse matrix.
+    """
     path = Path(path)
-    if path.suffix == ".npz":
+    if _looks_like_npz(path):
         if not path.exists():
             raise DataFormatError(path, None, "file not found")
         try:

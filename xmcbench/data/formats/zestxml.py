@@ -75,6 +75,7 @@ def _read_split(spec, files: dict[str, Path], split: str, n_labels: int, progres
             None,
             f"has {labels.shape[0]} rows but {Path(texts_path).name} has {len(titles)} lines",
         )
+    labels.eliminate_zeros()  # a stored 0 is not a label: the ground truth is the stored non-zeros
     texts = [f"{t} {c}" if (t and c) else (t or c) for t, c in zip(titles, contents, strict=True)]
     yield QueryChunk(texts, [""] * len(texts), np.diff(labels.indptr), np.asarray(labels.indices, dtype=np.int32))
 
