@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,36 @@ def test_show_errors(runs_dir):
 def test_ingest_missing_directory(tmp_path):
     result = runner.invoke(app, ["ingest", str(tmp_path / "nope")])
     assert result.exit_code == 1 and "no such directory" in result.output
+
+
+@pytest.mark.parametrize("fmt, first_line", [("csv", "run_id,status,dataset"), ("markdown", "| run_id | status |")])
+def test_an_empty_listing_still_has_its_header(tmp_path, fmt, first_line):
+    (tmp_path / "empty").mkdir()
+    assert runner.invoke(app, ["ingest", str(tmp_path / "empty")]).exit_code == 0
+    result = runner.invoke(app, ["runs", "list", "--format", fmt])
+    assert result.exit_code == 0 and result.stdout.startswith(first_line)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'5\n[1]\n{"epoch": 1, "loss": "abc"}\n{"epoch": 2, "loss": 0.5}\n{"epoch": 3, "loss": 0.25}\n',
+        b'{"epoch": 1, "loss": 1.0, "lr": "x", "elapsed_s": true}\n{"epoch": 2, "loss": 0.5}\n',
+        b"\xff\xfe\x00garbage\n",
+    ],
+)
+def test_show_survives_a_damaged_train_log(runs_dir, content):
+    run_dir = runs_dir / "20261121-101500-dexml-synth-a1b2c3"
+    (run_dir / "train_log.jsonl").write_bytes(content)
+    assert runner.invoke(app, ["ingest", str(runs_dir)]).exit_code == 0
+    result = runner.invoke(app, ["runs", "show", "20261121-1015"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    as_json = runner.invoke(app, ["runs", "show", "20261121-1015", "--format", "json"])
+    assert as_json.exit_code == 0 and all(isinstance(e, dict) for e in json.loads(as_json.stdout)["train_log"])
+
+
+def test_ingest_of_the_folder_above_the_runs_points_at_them(runs_dir):
+    result = runner.invoke(app, ["ingest", str(runs_dir.parent)])
+    assert result.exit_code == 0 and "0 ingested" in result.stdout
+    assert f"`xmcbench ingest {runs_dir}`" in result.stderr
+    assert "note:" not in runner.invoke(app, ["ingest", str(runs_dir)]).stderr

@@ -180,3 +180,35 @@ def test_bad_options_are_one_line_errors(db, tmp_path):
         result.exit_code == 1 and f"no results database at {tmp_path / 'other.duckdb'}; run a recipe" in result.output
     )
     assert not (tmp_path / "other.duckdb").exists() and not (tmp_path / "other.duckdb.lock").exists()
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--metrics", "Q@1"], "'Q@1' is not a metric name"),
+        (["--metrics", "P@1,P@0"], "'P@0' is not a metric name"),
+        (["--latest", "--all-runs"], "give one of them"),
+        (["--sweep", "latest", "--all-runs"], "--sweep shows every finished run"),
+    ],
+)
+def test_options_that_cannot_mean_anything_are_refused(db, args, words):
+    result = runner.invoke(app, ["table", "-d", DATASET, *args])
+    assert result.exit_code == 1 and words in result.output
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--split", "train"], "--split train"),
+        (["--dataset-version", "zz"], "--dataset-version zz"),
+        (["--method", "nope"], "--method nope"),
+        (["--setting", "few-shot"], "--setting few-shot"),
+    ],
+)
+def test_filters_that_leave_nothing_say_so_and_what_there_is(db, args, flag):
+    with Store.open(db) as store:  # a dataset no paper reports: the runs are all there is
+        store.ingest_record(_record("run-own", "dexml", 40.0, dataset="my-data"), None)
+    result = runner.invoke(app, ["table", "-d", "my-data", *args], env={"COLUMNS": "400"})
+    assert result.exit_code == 1
+    assert f"matches {flag};" in result.output
+    assert "splits test" in result.output and "dexml" in result.output and "index run directories" not in result.output

@@ -91,6 +91,16 @@ def test_override_syntax_errors():
         apply_overrides({"name": "x"}, ["name.sub=1"])
 
 
+def test_every_bad_override_is_reported_beside_the_recipes_problems(tmp_path):
+    with pytest.raises(RecipeError) as caught:
+        apply_overrides({"name": "x"}, ["training.epochs", "name.sub=1", "=3", "ok.key=1"])
+    assert [p.key for p in caught.value.problems] == ["training.epochs", "name.sub", "=3"]
+    path = write(tmp_path, "r.yaml", BASE + "training: {epochz: 1}\n")
+    _, problems = check_recipe(path, ["training", "evaluation.bootstrap=-1"])
+    keys = [p.key for p in problems]
+    assert keys[0] == "training" and "training.epochz" in keys and "evaluation.bootstrap" in keys
+
+
 def test_supervision_rules(tmp_path):
     _, problems = check_recipe(write(tmp_path, "r.yaml", BASE + "supervision: {mode: few_shot}\n"))
     assert "label_fraction" in problems[0].message
@@ -121,3 +131,43 @@ def test_dataset_problem_reported_alongside_key_problems(tmp_path):
     )
     _, problems = check_recipe(path)
     assert {p.key for p in problems} == {"training.epoch", "dataset.name"}
+
+
+def test_recipes_list_merges_includes_and_names_unreadable_recipes(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from xmcbench.cli import app
+
+    (tmp_path / "base").mkdir()
+    write(tmp_path, "base/data.yaml", "dataset: {name: synth-x, synthetic: {labels: 50, train: 100, test: 20}}\n")
+    write(tmp_path, "good.yaml", "include: base/data.yaml\nname: g\nmethod: {name: tfidf}\n")
+    write(tmp_path, "a-list.yaml", "- 1\n- 2\n")
+    write(tmp_path, "broken.yaml", "name: [x\n")
+    monkeypatch.setenv("XMCBENCH_RECIPES_DIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["recipes", "list", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert rows["good"]["dataset"] == "synth-x" and rows["good"]["method"] == "tfidf"
+    assert rows["a-list"]["description"].startswith("cannot be read: a recipe is a mapping")
+    assert rows["broken"]["description"].startswith("cannot be read: invalid YAML")
+
+
+def test_validate_takes_shipped_names_like_run_and_says_why_a_name_is_unknown():
+    from typer.testing import CliRunner
+
+    from xmcbench.cli import app
+
+    result = CliRunner().invoke(app, ["validate", "smoke/tfidf", "smoke/tfdf", "nowhere/*.yaml"])
+    assert result.exit_code == 1
+    assert "✓" in result.stdout and "smoke/tfidf.yaml" in result.stdout
+    assert "did you mean smoke/tfidf" in result.stderr and "a pattern that matched no file" in result.stderr
+
+
+def test_an_include_may_start_at_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    write(tmp_path / "home", "base.yaml", "dataset: {name: synth-x, synthetic: {labels: 50, train: 100, test: 20}}\n")
+    recipe, problems = check_recipe(write(tmp_path, "r.yaml", "include: ~/base.yaml\nname: t\nmethod: {name: tfidf}\n"))
+    assert problems == [] and recipe.dataset.name == "synth-x"

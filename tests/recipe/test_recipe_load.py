@@ -30,6 +30,7 @@ def problems_of(path):
         (b"[" * 5000 + b"]" * 5000, "nested deeper"),
         (b"a: " + b"{b: " * 200 + b"1" + b"}" * 200, "nested deeper"),
         (b"- 1\n- 2\n", "a recipe is a mapping"),
+        (b"name: t\ndataset:\n\tname: x\n", "indent with spaces: YAML does not allow tabs"),
     ],
 )
 def test_bad_files_give_one_clear_problem(tmp_path, content, expected):

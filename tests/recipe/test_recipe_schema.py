@@ -39,6 +39,9 @@ def check(tmp_path, **sections):
         ({"dataset": "{name: .hidden, synthetic: {labels: 10, train: 10, test: 10}}"}, "dataset.name"),
         ({"dataset": "{name: ''}"}, "dataset.name"),
         ({"name": "''"}, "name"),
+        ({"name": "'   '"}, "name"),
+        ({"encoder": "{name: ''}"}, "encoder.name"),
+        ({"encoder": "{revision: ''}"}, "encoder.revision"),
     ],
 )
 def test_out_of_range_values_are_refused(tmp_path, sections, key):
@@ -60,3 +63,32 @@ def test_every_metric_family_comes_from_the_metrics_registry():
     from xmcbench.recipe import EvaluationSection
 
     assert EvaluationSection().metrics == [name for name, _ in METRICS]
+
+
+def test_every_bad_quality_floor_is_named_with_how_to_write_it(tmp_path):
+    _, problems = check(tmp_path, expect="{P@1: 30, Q@1: '>= 1', R@5: '< 2'}")
+    (problem,) = problems
+    assert problem.key == "expect"
+    assert 'write P@1: ">= 30"' in problem.message and "'Q@1' is not a metric name" in problem.message
+    assert "R@5" not in problem.message
+
+
+@pytest.mark.parametrize(
+    "sections, key, words",
+    [
+        ({"training": "null"}, "training", "is empty"),
+        ({"dataset": "hello"}, "dataset", "not text 'hello'"),
+        ({"expect": "[P@1]"}, "expect", "not a list"),
+    ],
+)
+def test_a_section_that_is_not_a_mapping_says_so_in_plain_words(tmp_path, sections, key, words):
+    _, problems = check(tmp_path, **sections)
+    problem = next(p for p in problems if p.key == key)
+    assert words in problem.message and "instance of" not in problem.message
+
+
+def test_an_exponent_yaml_reads_as_text_gets_the_number_to_write(tmp_path):
+    _, problems = check(tmp_path, training="{epochs: 1e3, batch_size: abc}")
+    messages = {p.key: p.message for p in problems}
+    assert messages["training.epochs"] == "1e3 is read as text by YAML; write it as 1000"
+    assert "valid integer" in messages["training.batch_size"]

@@ -177,3 +177,33 @@ def test_cli_json_output(tmp_path, store, dataset):
     assert data["run_a"] == "run-good" and data["run_b"] == "run-bad" and data["n_boot"] == 100
     p1 = next(r for r in data["rows"] if r["metric"] == "P@1")
     assert set(p1) == {"metric", "a", "b", "diff", "lo", "hi", "significant"} and p1["significant"] is True
+
+
+def test_compare_reads_a_prepared_dataset_without_taking_its_lock(tmp_path, store, dataset, monkeypatch):
+    """A read-only home cannot hold a lock file; the prepared cache is enough to compare."""
+    import errno
+
+    from xmcbench import fsutil
+
+    truth = dataset.labels("test")
+    _run(tmp_path, store, "run-a", dataset, _predictions(truth, 0.5, seed=3))
+    _run(tmp_path, store, "run-b", dataset, _predictions(truth, 0.5, seed=4))
+
+    def read_only_home(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(args[0]))
+
+    monkeypatch.setattr(fsutil, "file_lock", read_only_home)
+    assert compare_runs(store, "run-a", "run-b", n_boot=50).rows
+
+
+def test_a_metric_only_one_run_reports_is_named_not_dropped_silently(tmp_path, store, dataset):
+    truth = dataset.labels("test")
+    _run(tmp_path, store, "run-a", dataset, _predictions(truth, 0.5, seed=3))
+    _run(tmp_path, store, "run-b", dataset, _predictions(truth, 0.5, seed=4))
+    record = store.get_run("run-b")["record"]
+    record["scores"] = [s for s in record["scores"] if s["name"] != "P@1"]
+    write_record(tmp_path / "run-b", record)
+    store.ingest_record(record, tmp_path / "run-b")
+    result = CliRunner().invoke(app, ["compare", "run-a", "run-b", "--db", str(store.path), "--n-boot", "50"])
+    assert result.exit_code == 0, result.output
+    assert "not compared, reported by one run only: P@1" in result.stderr

@@ -67,3 +67,12 @@ def test_damaged_json_reports_line(tmp_path):
     (tmp_path / "r1" / "record.json").write_text('{\n  "run_id": "r1",\n  "status": \n}')
     with pytest.raises(DataFormatError, match=r"record.json:4: invalid JSON"):
         read_record(tmp_path / "r1")
+
+
+def test_a_record_that_is_a_pipe_is_refused_not_read_forever(tmp_path):
+    import os
+
+    (tmp_path / "run").mkdir()
+    os.mkfifo(tmp_path / "run" / "record.json")
+    with pytest.raises(DataFormatError, match="not a regular file"):
+        read_record(tmp_path / "run")

@@ -211,3 +211,15 @@ def test_reference_results_reload_when_the_files_change(tmp_path, monkeypatch):
         os.utime(next(folder.glob("*.yaml")), (later, later))
         assert store.refresh_reference_results() is True
         assert len(store.reference_results()) == n
+
+
+def test_a_moved_home_still_finds_its_run_folders(tmp_path, record_factory, run_factory):
+    """The index holds absolute paths; a home moved or copied elsewhere still opens its runs."""
+    old = tmp_path / "old"
+    run_factory(old / "runs", record_factory("r1"))
+    with Store.open(old / "xmcbench.duckdb") as store:
+        store.ingest_dir(old / "runs")
+    new = tmp_path / "new"
+    shutil.move(old, new)
+    with Store.open(new / "xmcbench.duckdb", read_only=True) as store:
+        assert store.get_run("r1")["run_dir"] == str(new / "runs" / "r1")

@@ -9,7 +9,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import FormatHelp, check_format, console, emit_rows, handle_errors, print_rich, strict_json
+from xmcbench.cli._common import (
+    FormatHelp,
+    check_format,
+    console,
+    emit_rows,
+    err_console,
+    handle_errors,
+    print_rich,
+    strict_json,
+)
 
 
 @handle_errors
@@ -35,6 +44,12 @@ def compare(
     check_format(format)
     with Store.open(db, read_only=True) as store:
         result = compare_runs(store, run_a, run_b, n_boot=n_boot, seed=seed)
+    if result.one_sided:
+        err_console.print(
+            f"[yellow]note:[/] not compared, reported by one run only: {escape(', '.join(result.one_sided))}",
+            highlight=False,
+            soft_wrap=True,
+        )
     rows = [
         {
             "metric": r.name,

@@ -58,5 +58,33 @@ def ingest(
     for run_dir, reason in report.bad:
         err_console.print(f"[red]bad[/] {escape(f'{run_dir}: {reason}')}", highlight=False, soft_wrap=True)
     console.print(escape(f"{report.summary()} → {path}"), highlight=False, soft_wrap=True)
+    if not report.ingested and not report.bad:
+        deeper = _folders_of_runs(directory)
+        if deeper:  # e.g. $XMCBENCH_HOME given for $XMCBENCH_HOME/runs
+            err_console.print(
+                f"[yellow]note:[/] no run directories directly in {escape(str(directory))}, but "
+                f"{escape(', '.join(str(d) for d in deeper[:3]))} hold(s) some: "
+                f"`xmcbench ingest {escape(str(deeper[0]))}`",
+                highlight=False,
+                soft_wrap=True,
+            )
     if report.bad:
         raise typer.Exit(1)
+
+
+def _folders_of_runs(directory: Path) -> list[Path]:
+    """Sub-folders of ``directory`` that hold run directories, when ``directory`` itself holds none."""
+    from xmcbench.store.record import RECORD_FILE
+
+    def holds_runs(folder: Path) -> bool:
+        try:
+            return any((child / RECORD_FILE).is_file() for child in folder.iterdir() if child.is_dir())
+        except OSError:
+            return False
+
+    if (directory / RECORD_FILE).exists() or holds_runs(directory):
+        return []
+    try:
+        return sorted(child for child in directory.iterdir() if child.is_dir() and holds_runs(child))
+    except OSError:
+        return []

@@ -19,27 +19,28 @@ def list_recipes(
     format: Annotated[str, typer.Option("--format", "-f", help=FormatHelp)] = "rich",
 ) -> None:
     """Every shipped recipe: its name (for `xmcbench run NAME`), method, dataset and description."""
-    import yaml
-
+    from xmcbench.recipe import RecipeError, read_recipe
     from xmcbench.run.shipped import list_recipes as shipped
     from xmcbench.run.shipped import recipes_dir
 
     check_format(format)
     rows = []
     for name, path in shipped().items():
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError):
-            data = {}
-        method = (data.get("method") or {}).get("name") if isinstance(data.get("method"), dict) else None
-        dataset = data.get("dataset")
-        dataset = dataset.get("name") if isinstance(dataset, dict) else dataset
+        try:  # with its includes: the smoke recipes take their dataset from base/
+            data = read_recipe(path)
+            unreadable = None
+        except RecipeError as exc:
+            data, unreadable = {}, exc.problems[0].message
+        method, dataset = (data.get(key) for key in ("method", "dataset"))
+        description = data.get("description")
         rows.append(
             {
                 "name": name,
-                "method": method,
-                "dataset": dataset,
-                "description": (data.get("description") or "").strip() or None,
+                "method": _text(method.get("name") if isinstance(method, dict) else method),
+                "dataset": _text(dataset.get("name") if isinstance(dataset, dict) else dataset),
+                "description": f"cannot be read: {unreadable}"
+                if unreadable
+                else (_text(description) or "").strip() or None,
                 "path": str(path),
             }
         )
@@ -54,3 +55,8 @@ def list_recipes(
     for row in rows:
         table.add_row(*(escape(str(row[k] or "–")) for k in ("name", "method", "dataset", "description")))
     print_rich(table)
+
+
+def _text(value) -> str | None:
+    """A recipe value to show: text as is, None as None, anything else (a list, a number) as written."""
+    return value if value is None or isinstance(value, str) else str(value)

@@ -88,11 +88,20 @@ def run(
             command=command,
             run_id=run_id,
         )
-    except KeyboardInterrupt:
-        err_console.print(
-            "[yellow]interrupted[/]: the run is recorded as interrupted; resume it with "
-            "`xmcbench run --resume <run id>` (see `xmcbench runs list`)"
-        )
+    except KeyboardInterrupt as exc:
+        interrupted = getattr(exc, "run_id", None)  # None: stopped before the run folder was made
+        if interrupted:
+            err_console.print(
+                f"[yellow]interrupted[/]: run {escape(interrupted)} is recorded as interrupted; resume it with "
+                f"`xmcbench run --resume {escape(interrupted)}`",
+                highlight=False,
+                soft_wrap=True,
+            )
+        else:
+            err_console.print(
+                "[yellow]interrupted[/]: `xmcbench runs list` shows the run if it had begun; "
+                "resume it with `xmcbench run --resume RUN_ID`"
+            )
         raise typer.Exit(130) from None
     multi_rank = is_distributed()
     destroy_distributed()  # under torchrun: every rank leaves the process group together
@@ -111,7 +120,9 @@ def run(
 
 @handle_errors
 def validate(
-    recipes: Annotated[list[Path], typer.Argument(help="Recipe files to check.")],
+    recipes: Annotated[
+        list[Path], typer.Argument(help="Recipe files, or shipped recipes' names such as smoke/tfidf, to check.")
+    ],
     set_: Annotated[list[str] | None, typer.Option("--set", help="Overrides to check as well (a.b=c).")] = None,
 ) -> None:
     """Check recipes without running them; report every problem at once (file, key, hint).
@@ -119,10 +130,18 @@ def validate(
     Include-only fragments (files under a recipes base/ folder) are skipped: they are checked
     through the recipes that include them.
     """
-    from xmcbench.run.shipped import FRAGMENTS
+    from xmcbench.run.shipped import FRAGMENTS, resolve_recipe
 
     bad = 0
-    for path in recipes:
+    for given in recipes:
+        try:  # a shipped recipe's name (smoke/tfidf) works here as it does for `xmcbench run`
+            path = given if given.exists() else resolve_recipe(given)
+        except XmcbenchError as exc:
+            pattern = any(c in str(given) for c in "*?[")
+            hint = " (a pattern that matched no file reaches xmcbench as is)" if pattern else ""
+            err_console.print(f"[red]✗[/] {escape(str(exc))}{hint}", highlight=False, soft_wrap=True)
+            bad += 1
+            continue
         if path.is_dir():
             err_console.print(
                 f"[red]✗[/] {escape(str(path))}: a folder; give recipe files (e.g. {escape(str(path))}/*.yaml)",

@@ -29,6 +29,7 @@ DbOption = Annotated[
 # record.STATUSES, spelled out so that `xmcbench --help` need not import the store (and DuckDB);
 # a test keeps the two equal. As an Enum, click refuses anything else and lists these.
 RunStatus = Enum("RunStatus", {name: name for name in ("running", "finished", "failed", "interrupted")}, type=str)
+LIST_COLUMNS = ["run_id", "status", "dataset", "split", "method", "encoder", "supervision", "P@1", "created_at"]
 _STATUS_STYLE = {"finished": "green", "running": "cyan", "failed": "red", "interrupted": "yellow"}
 
 
@@ -46,7 +47,7 @@ def list_runs(
     db: DbOption = None,
     format: Annotated[str, typer.Option("--format", "-f", help=FormatHelp)] = "rich",
 ) -> None:
-    """Indexed runs, newest first, with their P@1 and GPU-hours."""
+    """Indexed runs, newest first, with their status and P@1."""
     from xmcbench.store import Store
 
     check_format(format)
@@ -72,6 +73,7 @@ def list_runs(
                 for r in runs
             ],
             format,
+            columns=LIST_COLUMNS,  # no runs: still the header, so a script reads an empty table
         )
         return
     if not runs:
@@ -222,16 +224,28 @@ def read_train_log(run_dir) -> list[dict[str, Any]]:
         return []
     path = Path(run_dir) / "train_log.jsonl"
     entries = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+    try:  # damaged bytes cost the lines they are in, not the whole `runs show`
+        lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
     except OSError:
         return []
     for line in lines:
         try:
-            entries.append(json.loads(line))
+            entry = json.loads(line)
         except ValueError:  # a line cut short by a crash
             continue
+        if isinstance(entry, dict):
+            # a number edited into text (or true) would break the plot: such a value is not shown
+            entries.append({k: None if k in _NUMERIC and not _is_number(v) else v for k, v in entry.items()})
     return entries
+
+
+_NUMERIC = ("epoch", "epochs", "step", "loss", "lr", "queries_per_s", "pool_size", "elapsed_s")
+
+
+def _is_number(value: Any) -> bool:
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def loss_curve(entries: list[dict[str, Any]], height: int = 8, width: int = 50) -> str:

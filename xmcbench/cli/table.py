@@ -22,6 +22,24 @@ def canonical_dataset(name: str) -> str:
         return name  # e.g. runs of a dataset spec that is not registered on this machine
 
 
+def parse_metrics(text: str | None) -> list[str] | None:
+    """'p@1, PSP@5' -> ['P@1', 'PSP@5'] (families matched case-insensitively); None for none given."""
+    from xmcbench.metrics.names import FAMILIES, is_metric_name
+
+    by_lower = {family.lower(): family for family in FAMILIES}
+    names, bad = [], []
+    for given in (part for part in (text or "").replace(" ", "").split(",") if part):
+        family, _, k = given.partition("@")
+        name = f"{by_lower.get(family.lower(), family)}@{k}"
+        (names if is_metric_name(name) else bad).append(name if is_metric_name(name) else given)
+    if bad:
+        raise XmcbenchError(
+            f"--metrics: {', '.join(map(repr, bad))} is not a metric name; give FAMILY@k with FAMILY one of "
+            f"{', '.join(FAMILIES)}, e.g. P@1,nDCG@5,PSP@3"
+        )
+    return names or None
+
+
 def parse_propensity(text: str | None) -> tuple[float, float] | None:
     if text is None:
         return None
@@ -123,6 +141,11 @@ def table(
         raise XmcbenchError(f"unknown table format {format!r}; choose one of {', '.join(FORMATS)}")
     if paper is not None and paper.lower() not in ("prime", "unidec", "dexml", "maclr", "lmtx"):
         raise XmcbenchError(f"unknown --paper {paper!r}; choose one of prime, unidec, dexml, maclr, lmtx")
+    if latest and all_runs:
+        raise XmcbenchError("--latest picks one run per method and --all-runs shows every run; give one of them")
+    if sweep is not None and (latest or all_runs):
+        raise XmcbenchError("--sweep shows every finished run of the sweep; drop --latest / --all-runs")
+    metric_names = parse_metrics(metrics)
 
     # reading only: no database, lock file or migration is made. Published numbers need no
     # database, so with none at the default place they are shown alone; a --db given that is not
@@ -139,7 +162,7 @@ def table(
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         filters = dict(
-            metrics=[m for m in metrics.replace(" ", "").split(",") if m] if metrics else None,
+            metrics=metric_names,
             split=split,
             dataset_version=dataset_version,
             propensity=parse_propensity(propensity),
@@ -164,7 +187,7 @@ def table(
             results = [
                 build_overview(
                     store,
-                    metric=(metrics or "P@1").split(",")[0].strip(),
+                    metric=(metric_names or ["P@1"])[0],
                     setting=setting,
                     paper=paper,
                     method=method,

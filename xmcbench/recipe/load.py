@@ -112,7 +112,8 @@ def parse_yaml(path: Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise _fail(path, f"invalid YAML: {where}{problem}") from None
+        hint = "indent with spaces: YAML does not allow tabs" if "'\\t'" in problem else ""
+        raise _fail(path, f"invalid YAML: {where}{problem}", hint=hint) from None
     except RecursionError:
         raise _fail(path, f"nested deeper than {MAX_DEPTH} levels") from None
     if data is None:
@@ -160,7 +161,9 @@ class _Includes:
                 raise _fail(path, "include takes a path or a list of paths", key="include")
             merged: dict[str, Any] = {}
             for inc in includes:
-                inc_path = Path(inc) if Path(inc).is_absolute() else path.parent / inc
+                inc_path = Path(inc).expanduser()  # ~/base.yaml is in the home folder, not in one named ~
+                if not inc_path.is_absolute():
+                    inc_path = path.parent / inc_path
                 if not inc_path.exists():
                     raise _fail(path, f"included file not found: {inc_path}", key="include")
                 merged = deep_merge(merged, self.resolve(inc_path, (*chain, path)))
@@ -170,13 +173,28 @@ class _Includes:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], file: str = "--set") -> dict[str, Any]:
-    """Apply ``a.b=c`` overrides; ``c`` is parsed as YAML (``3``, ``true``, ``[1, 5]``, ``null``)."""
+    """Apply ``a.b=c`` overrides; ``c`` is parsed as YAML (``3``, ``true``, ``[1, 5]``, ``null``).
+
+    Every malformed override is reported, not only the first (one RecipeError lists them all).
+    """
+    out, problems = overrides_applied(data, overrides, file)
+    if problems:
+        raise RecipeError(problems)
+    return out
+
+
+def overrides_applied(
+    data: dict[str, Any], overrides: list[str], file: str = "--set"
+) -> tuple[dict[str, Any], list[Problem]]:
+    """``data`` with the well-formed overrides applied, and a Problem for each malformed one."""
     out = copy.deepcopy(data)
+    problems: list[Problem] = []
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key or any(not part for part in key.split(".")):
-            raise _fail(file, "an override looks like section.key=value, e.g. training.epochs=3", key=item)
+            problems.append(Problem(file, item, "an override looks like section.key=value", "e.g. training.epochs=3"))
+            continue
         try:
             value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else ""  # noqa: S506
         except (yaml.YAMLError, RecursionError):
@@ -188,10 +206,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str = "--s
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise _fail(file, f"{part!r} is a value, not a section", key=key)
+                problems.append(Problem(file, key, f"{part!r} is a value, not a section"))
+                break
             node = child
-        node[parts[-1]] = value
-    return out
+        else:
+            node[parts[-1]] = value
+    return out, problems
 
 
 def read_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -211,6 +231,23 @@ def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | No
     return model
 
 
+def _integral_text(value: Any) -> str | None:
+    """'1e3' -> '1000': text that is a whole number in exponent notation, else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return str(int(number)) if number.is_integer() and abs(number) < 1e18 else None
+
+
+def _kind(value: Any) -> str:
+    return {"str": "text", "list": "a list", "int": "a number", "float": "a number", "bool": "true/false"}.get(
+        type(value).__name__, type(value).__name__
+    )
+
+
 def problems_from(exc: ValidationError, file: str, root: type[BaseModel], prefix: tuple = ()) -> list[Problem]:
     """pydantic's errors as Problems, with a did-you-mean hint for unknown keys."""
     problems = []
@@ -224,9 +261,21 @@ def problems_from(exc: ValidationError, file: str, root: type[BaseModel], prefix
             close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.5)
             hint = f"did you mean {close[0]!r}?" if close else (f"known keys: {', '.join(fields)}" if fields else "")
             message = "unknown key"
+        elif err["type"] in ("dict_type", "model_type", "model_attributes_type"):
+            # pydantic's wording names internal classes ("instance of TrainingSection")
+            given = err.get("input")
+            if given is None:
+                message = "is empty; give it key: value settings or remove the line"
+            else:
+                message = f"must be a section of key: value settings, not {_kind(given)} {given!r:.60}"
+        elif err["type"] == "int_parsing" and _integral_text(err.get("input")):
+            # YAML 1.1 reads 1e3 (no dot) as text, so a number the user wrote arrives as a string
+            message = f"{err['input']} is read as text by YAML; write it as {_integral_text(err['input'])}"
         else:
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "missing":
                 message = "required key is missing"
+            elif err["type"] == "string_pattern_mismatch":
+                message = "must not be blank"
         problems.append(Problem(file, key, message, hint))
     return problems

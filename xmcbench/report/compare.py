@@ -19,7 +19,7 @@ the run directory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,12 +57,12 @@ class Comparison:
     n_boot: int
     seed: int
     rows: list[Difference]
+    one_sided: list[str] = field(default_factory=list)  # metrics only one run's record reports: not compared
 
 
 def compare_runs(store: Store, run_a: str, run_b: str, n_boot: int = 1000, seed: int = 0) -> Comparison:
     """Paired bootstrap of every metric both runs report (ids or unique prefixes)."""
     from xmcbench import metrics
-    from xmcbench.data import load_dataset
     from xmcbench.data.formats.xc_sparse import load_sparse
 
     a, b = store.get_run(run_a), store.get_run(run_b)
@@ -71,7 +71,7 @@ def compare_runs(store: Store, run_a: str, run_b: str, n_boot: int = 1000, seed:
     _check_same_conditions(a, b)
     task = a["record"]["task"]
 
-    dataset = load_dataset(a["dataset"], progress=False)
+    dataset = _prepared(a["dataset"])
     if a["dataset_version"] and dataset.version != a["dataset_version"]:
         raise XmcbenchError(
             f"the runs were evaluated on version {a['dataset_version']} of {a['dataset']}, but the dataset prepared "
@@ -112,7 +112,29 @@ def compare_runs(store: Store, run_a: str, run_b: str, n_boot: int = 1000, seed:
         n_boot=n_boot,
         seed=seed,
         rows=[Difference(name, values_a[name], values_b[name], *diffs[name]) for name in diffs],
+        one_sided=_one_sided(a["record"], b["record"]),
     )
+
+
+def _prepared(name: str):
+    """The dataset's prepared cache, read without the preparation lock when it is current.
+
+    Comparing only reads: on a read-only home (or while a run holds the lock) taking the lock
+    would fail or wait, so it is taken only when the cache must be made first.
+    """
+    from xmcbench.data import load_dataset
+    from xmcbench.data.load import prepared_if_current
+
+    dataset = prepared_if_current(name)
+    if dataset is not None:
+        return dataset
+    try:
+        return load_dataset(name, progress=False)
+    except OSError as exc:
+        raise XmcbenchError(
+            f"dataset {name} is not prepared here and cannot be prepared ({exc.strerror or exc}: "
+            f"{exc.filename or ''}); compare needs its ground truth: prepare it where $XMCBENCH_HOME is writable"
+        ) from None
 
 
 def _check_same_conditions(a: dict, b: dict) -> None:
@@ -177,3 +199,10 @@ def _shared_metrics(record_a: dict, record_b: dict, has_propensity: bool) -> lis
             if has_propensity or not METRICS.get(family).needs_propensity:
                 names.append(score["name"])
     return names
+
+
+def _one_sided(record_a: dict, record_b: dict) -> list[str]:
+    """Metric names that only one of the two records reports (so neither side of them is compared)."""
+    names_a = [s["name"] for s in record_a.get("scores") or []]
+    names_b = [s["name"] for s in record_b.get("scores") or []]
+    return [n for n in names_a if n not in names_b] + [n for n in names_b if n not in names_a]

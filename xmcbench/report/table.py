@@ -117,8 +117,10 @@ def build_table(
         runs = store.runs(dataset=dataset, status="finished")
     else:
         runs = store.best_runs(dataset, metric=(metrics or DEFAULT_METRICS)[0], latest=pick == "latest")
+    unfiltered_runs = runs
     runs = _select_setting(dataset, runs, split, dataset_version, propensity)
     references = store.reference_results(dataset=dataset)
+    unfiltered_references = references
     if setting is not None:
         runs = [r for r in runs if _setting_matches(run_setting(r["supervision"], r["label_fraction"]), setting)]
         references = [r for r in references if _setting_matches(r["setting"], setting)]
@@ -137,6 +139,22 @@ def build_table(
     other_copies = {(r["paper"], r["paper_table"], r["printed_name"]) for r in references if r["dataset_variant"]}
     references = [r for r in references if not r["dataset_variant"]]
     if not runs and not references:
+        given = {
+            "--split": split,
+            "--dataset-version": dataset_version,
+            "--propensity": ",".join(f"{v:g}" for v in propensity) if propensity else None,
+            "--setting": setting,
+            "--paper": paper,
+            "--method": method,
+        }
+        given = {flag: value for flag, value in given.items() if value is not None}
+        if given and (unfiltered_runs or unfiltered_references):
+            # the data is there: say which filters left nothing, and what they could have matched
+            raise XmcbenchError(
+                f"nothing in the table of {dataset} matches {' '.join(f'{k} {v}' for k, v in given.items())}; "
+                f"it has {len(unfiltered_runs)} reproduced and {len({_ref_key(r) for r in unfiltered_references})} "
+                f"published row(s): {_what_there_is(unfiltered_runs, unfiltered_references)}"
+            )
         raise XmcbenchError(
             f"nothing to show for dataset {dataset!r}: no finished runs in {store.path} and no published results; "
             f"index run directories with `xmcbench ingest DIR`, or check the name with `xmcbench datasets list`"
@@ -193,6 +211,28 @@ def build_table(
         )
     table.notes.extend(_count_notes(table.dataset, runs))
     return table
+
+
+def _what_there_is(runs: list[dict], references: list[dict]) -> str:
+    """The values the table's filters could take for these rows, e.g. "splits test; settings full"."""
+
+    def values(items) -> str:
+        found = sorted({str(v) for v in items if v is not None})
+        return ", ".join(found[:8]) + (" …" if len(found) > 8 else "") if found else "–"
+
+    settings = [run_setting(r["supervision"], r["label_fraction"]) for r in runs] + [r["setting"] for r in references]
+    parts = [f"settings {values(settings)}"]
+    if runs:
+        ab = [_num(r["propensity_a"]) + "," + _num(r["propensity_b"]) for r in runs]
+        parts += [
+            f"splits {values(r['split'] for r in runs)}",
+            f"versions {values((r['dataset_version'] or '')[:12] or None for r in runs)}",
+            f"propensity A,B {values(ab)}",
+        ]
+    parts.append(f"methods {values([r['method'] for r in runs] + [r['method'] for r in references])}")
+    if references:
+        parts.append(f"papers {values(r['paper'] for r in references)}")
+    return "; ".join(parts)
 
 
 def _count_notes(dataset: str, runs: list[dict]) -> list[str]:

@@ -16,7 +16,7 @@ from xmcbench.data import get_spec
 from xmcbench.errors import XmcbenchError
 from xmcbench.methods import METHODS
 from xmcbench.recipe import Problem, Recipe, RecipeError, read_recipe
-from xmcbench.recipe.load import problems_from
+from xmcbench.recipe.load import overrides_applied, problems_from
 from xmcbench.registry import did_you_mean
 from xmcbench.run.phases import TITLED_FORMATS
 
@@ -24,10 +24,15 @@ from xmcbench.run.phases import TITLED_FORMATS
 def check_recipe(path: str | Path, overrides: list[str] | None = None) -> tuple[Recipe | None, list[Problem]]:
     """Validate a recipe file and return (recipe or None, every problem found)."""
     try:
-        data = read_recipe(path, overrides)
+        data = read_recipe(path)
     except RecipeError as exc:
         return None, exc.problems
-    return check_data(data, str(path))
+    # a malformed --set is reported beside the recipe's own problems, not instead of them
+    data, override_problems = overrides_applied(data, overrides or [])
+    recipe, problems = check_data(data, str(path))
+    if override_problems:
+        return None, override_problems + problems
+    return recipe, problems
 
 
 def check_data(data: dict[str, Any], file: str) -> tuple[Recipe | None, list[Problem]]:
@@ -41,13 +46,17 @@ def check_data(data: dict[str, Any], file: str) -> tuple[Recipe | None, list[Pro
         # the method and dataset are checked too, so one run of `validate` lists everything
         if method and isinstance(method.get("name"), str):
             problems += _method_problems(file, method)[1]
-        if dataset and isinstance(dataset.get("name"), str) and dataset.get("synthetic") is None:
-            if not any(p.key == "dataset.name" for p in problems):
+        if dataset and isinstance(dataset.get("name"), str) and not any(p.key == "dataset.name" for p in problems):
+            if dataset.get("synthetic") is None:
                 problems += _dataset_problems(file, dataset["name"])
+            else:
+                problems += _synthetic_name_problems(file, dataset["name"])
         return None, problems
     config, problems = _method_problems(file, data["method"])
     if recipe.dataset.synthetic is None:
         problems += _dataset_problems(file, recipe.dataset.name)
+    else:
+        problems += _synthetic_name_problems(file, recipe.dataset.name)
     if not problems:
         problems += _supervision_problems(file, recipe, config) + _hardware_problems(file, recipe)
     if problems:
@@ -119,6 +128,22 @@ def _dataset_problems(file: str, name: str) -> list[Problem]:
         get_spec(name)
     except XmcbenchError as exc:
         return [Problem(file, "dataset.name", str(exc))]
+    return []
+
+
+def _synthetic_name_problems(file: str, name: str) -> list[Problem]:
+    """A synthetic dataset may not take a built-in dataset's name (the run would stop at prepare)."""
+    from xmcbench.data.catalog import BUILTIN_DATASETS
+
+    if name in BUILTIN_DATASETS:
+        return [
+            Problem(
+                file,
+                "dataset.name",
+                f"{name!r} is a built-in dataset; a synthetic dataset needs a name of its own",
+                "e.g. synth-" + name.lower(),
+            )
+        ]
     return []
 
 

@@ -121,6 +121,10 @@ def read_record(path: Path) -> dict:
     path = Path(path)
     if path.is_dir():
         path = path / RECORD_FILE
+    if path.exists() and not path.is_file():  # a FIFO would block the read forever
+        raise DataFormatError(
+            path, None, f"{RECORD_FILE} is not a regular file (a pipe or a device); re-run or delete the run"
+        )
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -727,7 +727,20 @@ class Store:
         run["record"] = json.loads(run.pop("record_json"))
         if run["status"] == "running":
             run["status"] = effective_status(run["record"])
+        run["run_dir"] = self._located(run["run_id"], run["run_dir"])
         return run
+
+    def _located(self, run_id: str, run_dir: str | None) -> str | None:
+        """Where the run's folder is now: as indexed, or, when a home was moved or copied, the
+        folder of that run id beside this database or under $XMCBENCH_HOME (reading only: the
+        index keeps its path until `xmcbench ingest` re-indexes the folder)."""
+        if not run_dir or Path(run_dir).is_dir():
+            return run_dir
+        for runs_root in (self.path.parent / "runs", paths.runs_dir()):
+            candidate = runs_root / run_id
+            if (candidate / RECORD_FILE).is_file():
+                return str(candidate)
+        return run_dir
 
     def scores(
         self,
