@@ -14,3 +14,21 @@ def test_nested_data_is_masked_keys_too():
     data = {"description": f"uses {token}", "list": [token, 3], token: {"x": (token,)}}
     out = redact_data(data)
     assert token not in repr(out) and out["list"][1] == 3
+
+
+def test_publishable_cuts_local_paths_and_leaves_urls_and_fractions():
+    from xmcbench.redact import publishable
+
+    data = {
+        "command": "xmcbench run /home/me/recipes/dexml.yaml --set x=1",
+        "encoder": "/srv/models/tiny-bert/",
+        "card": "- **Initial encoder:** `~/models/bert`; propensity A/B 0.55/1.50",
+        "urls": ["https://huggingface.co/org/name", "hf://org/name@main", "http://127.0.0.1:8080/a/b"],
+        "token": "hf_ZYXWVUTSRQPONMLK in /tmp/x",
+    }
+    out = publishable(data)
+    assert out["command"] == "xmcbench run <local>/dexml.yaml --set x=1"
+    assert out["encoder"] == "<local>/tiny-bert"
+    assert out["card"] == "- **Initial encoder:** `<local>/bert`; propensity A/B 0.55/1.50"
+    assert out["urls"] == data["urls"]
+    assert out["token"] == "hf_*** in <local>/x"

@@ -4,6 +4,8 @@
 query values (``?token=…``, ``sig=…``) and the literal values of secret environment variables
 (``HF_TOKEN``, ``*_API_KEY``, …). ``redact_data(obj)`` applies it to every string of nested
 data (a recipe, a record) so free-text fields are masked like the command line is.
+``publishable(obj)`` does that and also cuts local absolute paths (``/home/me/data/x`` ->
+``<local>/x``) from what leaves the machine (a model card, a pushed record or recipe).
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ MASK = "***"
 _SECRET_NAME = re.compile(r"(token|key|secret|sig|signature|auth|password|passwd|credential)", re.I)
 _HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{8,}")
 _URL = re.compile(r"https?://[^\s'\"]+")
+# an absolute local path (/… or ~/…) standing on its own: not inside a URL (after ":" or "/"), nor
+# the middle of a word or fraction ("A/B", "1/2"); it ends at white space, quotes or brackets
+_LOCAL_PATH = re.compile(r"(?<![\w:/.~-])~?/[^\s'\"`<>()\[\]{},;|/][^\s'\"`<>()\[\]{},;|]*")
+LOCAL = "<local>"
 _MIN_SECRET_LEN = 8  # shorter environment values ("1", "true") would mask ordinary words
 
 
@@ -59,4 +65,24 @@ def redact_data(obj: Any) -> Any:
         return {redact_data(k): redact_data(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(redact_data(v) for v in obj)
+    return obj
+
+
+def _local_path(match: re.Match) -> str:
+    name = match.group(0).rstrip("/").rsplit("/", 1)[-1]
+    return f"{LOCAL}/{name}"
+
+
+def publishable(obj: Any) -> Any:
+    """``redact_data(obj)`` with local absolute paths cut to ``<local>/NAME``: what a public repo may hold.
+
+    A path tells the world a user name and a folder layout, and means nothing on another machine;
+    its last part (the encoder folder, the recipe file) is kept because it still says what was used.
+    """
+    if isinstance(obj, str):
+        return _LOCAL_PATH.sub(_local_path, redact(obj))
+    if isinstance(obj, dict):
+        return {publishable(k): publishable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(publishable(v) for v in obj)
     return obj

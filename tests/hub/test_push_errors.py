@@ -172,3 +172,137 @@ def test_cli_errors_are_one_red_line(hub, run_copy):
     assert res.exit_code == 1
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "ORG/NAME" in lines[0]
+
+
+@pytest.mark.parametrize("where", ["user-folder", "run-folder", "inside-run", "above-run", "a-file"])
+def test_out_that_is_not_a_push_folder_is_never_emptied(hub, run_copy, tmp_path, where):
+    """--out is emptied before the folder is built: only a folder xmcbench built may be (a typo such as
+    `--out .` or `--out /` once deleted whatever it named, the run included)."""
+    run_dir = run_copy("dexml")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    (tmp_path / "a-file").write_text("keep me too")
+    out = {
+        "user-folder": mine,
+        "run-folder": run_dir,
+        "inside-run": run_dir / "checkpoints",
+        "above-run": run_dir.parent,
+        "a-file": tmp_path / "a-file",
+    }[where]
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(XmcbenchError) as exc:
+        xh.push_run(run_dir, "tester/x", dry_run=True, out=out)
+    assert "--out" in _one_line(exc) and (
+        "not empty" in str(exc.value) or "overlaps" in str(exc.value) or "not a folder" in str(exc.value)
+    )
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    assert (mine / "notes.txt").read_text() == "keep me" and (run_dir / "record.json").is_file()
+
+
+def test_out_built_before_is_rebuilt_and_an_unwritable_one_is_one_line(hub, run_copy, tmp_path):
+    run_dir = run_copy("dexml")
+    out = tmp_path / "upload"
+    first = xh.push_run(run_dir, "tester/x", dry_run=True, out=out)
+    (out / "stale.bin").write_bytes(b"from an older build")
+    second = xh.push_run(run_dir, "tester/x", dry_run=True, out=out)  # its own folder: emptied and rebuilt
+    assert second.folder.files == first.folder.files and not (out / "stale.bin").exists()
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a folder should be")
+    with pytest.raises(XmcbenchError) as exc:
+        xh.push_run(run_dir, "tester/x", dry_run=True, out=blocker / "upload")
+    assert "upload folder" in _one_line(exc) and blocker.read_text().startswith("a file")
+
+
+def test_pushed_files_hold_no_local_paths(hub, run_copy, tiny_encoder_dir, tmp_path):
+    """The card, record and recipe are public: the run's folders (encoder, recipe, command line) on this
+    machine are cut to their last part."""
+    run_dir = run_copy("prime")
+    result = xh.push_run(run_dir, "tester/no-paths")
+    files = hub.files("tester/no-paths")
+    encoder_name = Path(tiny_encoder_dir).name
+    for name in ("README.md", "record.json", "recipe.yaml"):
+        text = files[name].decode()
+        assert tiny_encoder_dir not in text and str(tmp_path) not in text, name
+        assert f"<local>/{encoder_name}" in text, name
+    assert "<local>/" in json.loads(files["record.json"])["model"]["encoder"]
+    loaded = xh.load(str(result.folder.path))  # the published recipe still loads
+    assert loaded.predict(["a query"], k=3).shape[0] == 1
+
+
+def _stall(hub, what: str, release):
+    """The fake Hub answers ``what`` requests with silence (``release`` ends it) or a dropped connection."""
+    handle = hub._handle
+
+    def handler(h, method):
+        if "/commit/" in h.path:
+            if what == "silence":
+                release.wait(30)
+            else:
+                h.connection.close()
+                return None
+        return handle(h, method)
+
+    hub._handle = handler
+
+
+@pytest.mark.parametrize("what", ["silence", "dropped"])
+def test_a_stalled_or_dropped_hub_ends_in_one_line_not_a_hang(hub, run_copy, monkeypatch, what):
+    import threading
+
+    monkeypatch.setenv("XMCBENCH_HUB_TIMEOUT", "1")
+    release = threading.Event()
+    _stall(hub, what, release)
+    run_dir = run_copy("dexml")
+    try:
+        with pytest.raises(XmcbenchError) as exc:
+            xh.push_run(run_dir, "tester/stalled")
+    finally:
+        release.set()
+    text = _one_line(exc)
+    assert ("did not answer within 1 s" if what == "silence" else "connection to the Hub broke off") in text
+    assert "XMCBENCH_HUB_TIMEOUT" in text or what == "dropped"
+    assert "run the same push again" in text and xh.pushes(run_dir) == []
+
+
+def test_the_timeout_is_put_back_after_a_push(hub, run_copy):
+    from huggingface_hub.utils import _http
+
+    before = _http._GLOBAL_CLIENT_FACTORY
+    xh.push_run(run_copy("dexml"), "tester/timeouts")
+    assert _http._GLOBAL_CLIENT_FACTORY is before  # a library user's own client settings are left alone
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "inf"])
+def test_a_bad_timeout_is_refused_before_anything_is_sent(hub, run_copy, monkeypatch, value):
+    monkeypatch.setenv("XMCBENCH_HUB_TIMEOUT", value)
+    with pytest.raises(XmcbenchError) as exc:
+        xh.push_run(run_copy("dexml"), "tester/x")
+    assert "XMCBENCH_HUB_TIMEOUT" in _one_line(exc) and hub.requests == []
+
+
+@pytest.mark.parametrize("license", ["MIT", "", "apache 2.0", "x" * 100])
+def test_a_license_the_hub_would_refuse_is_refused_first(hub, run_copy, license):
+    with pytest.raises(XmcbenchError) as exc:
+        xh.push_run(run_copy("dexml"), "tester/x", license=license)
+    assert "--license" in _one_line(exc) and hub.requests == []
+
+
+def test_a_card_the_hub_refuses_says_why_not_to_rerun(hub, run_copy):
+    """A 4xx for what was sent (here the Hub's README metadata check) fails the same way again: the Hub's
+    reason is the news, not "run it again"."""
+    hub._validate_yaml = lambda data: (400, {}, {"errors": [{"message": '"license" must be one of [mit]'}]})
+    run_dir = run_copy("dexml")
+    with pytest.raises(XmcbenchError) as exc:
+        xh.push_run(run_dir, "tester/refused", license="apache-2.0")
+    text = _one_line(exc)
+    assert "the Hub refused it (400)" in text and '"license" must be one of [mit]' in text
+    assert "run the same push again" not in text and xh.pushes(run_dir) == []
+
+
+def test_push_results_reads_the_database_without_creating_one(hub, tmp_path):
+    missing = tmp_path / "typo" / "results.duckdb"
+    with pytest.raises(XmcbenchError) as exc:
+        xh.push_results("tester/results", db=missing, dry_run=True)
+    assert "no results database at" in _one_line(exc)
+    assert not missing.parent.exists() and hub.requests == []

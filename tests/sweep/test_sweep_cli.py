@@ -41,3 +41,24 @@ def test_status_and_table_of_an_unknown_sweep_say_so():
 def test_no_recipes_is_an_error_that_says_what_to_give():
     result = _invoke("sweep")
     assert result.exit_code == 1 and "give recipe files" in result.output
+
+
+def test_status_of_a_sweep_killed_outright_says_interrupted_not_queued(recipes, tmp_path):
+    """SIGKILL gives a sweep no chance to write how its runs ended: --status tells from the sweep's lock
+    (held while it runs) that its queued runs will not start by themselves."""
+    from xmcbench import paths
+    from xmcbench.sweep import SweepRecord, expand
+    from xmcbench.sweep.record import sweep_lock
+
+    plan = expand([recipes / "tfidf-a.yaml"], seeds="0,1")
+    SweepRecord.open(plan, command="xmcbench sweep", launcher="local", runs_dir=paths.runs_dir(), db=tmp_path / "db")
+    with sweep_lock(plan.sweep_id):  # a live sweep: its queued runs are queued
+        live = _invoke("sweep", "--status", plan.sweep_id)
+    assert live.exit_code == 0 and "queued" in live.output and "interrupted" not in live.output
+    dead = _invoke("sweep", "--status", plan.sweep_id)
+    assert dead.exit_code == 0 and "interrupted" in dead.output and "queued" not in dead.output, dead.output
+    assert "the same sweep command resumes it" in dead.output
+    assert [e["status"] for e in SweepRecord.load(plan.sweep_id).entries] == [
+        "queued",
+        "queued",
+    ]  # shown, not rewritten

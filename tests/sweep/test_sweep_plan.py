@@ -115,3 +115,37 @@ def test_single_gpu_methods_refuse_several_gpus_with_the_papers_reason(recipe, r
     with pytest.raises(SweepError) as err:
         expand([recipes_dir() / recipe], sets=["hardware.num_gpus=2"])
     assert "hardware.num_gpus" in str(err.value) and reason in str(err.value)
+
+
+@pytest.mark.parametrize("item", ["training.lr=1,1", "evaluation.top_k=5,05", "method.ngram_max=[1, 2],[1,2]"])
+def test_a_value_given_twice_is_refused(item):
+    with pytest.raises(SweepError, match="repeats a value"):
+        parse_grid([item])
+
+
+def test_two_spellings_of_one_value_are_one_run_and_refused(recipes):
+    """YAML reads 1e-4 as text and 0.0001 as a number; both resolve to lr 0.0001: the same run twice."""
+    with pytest.raises(SweepError, match="the same run") as exc:
+        expand([recipes / "tfidf-a.yaml"], grid=["training.lr=1e-4,0.0001"])
+    assert "lr=1e-4 = tfidf-a lr=0.0001" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("sets", "grid", "seeds"), [(["training.lr=1"], ["training.lr=2,3"], None), (["training.seed=1"], [], "1,2")]
+)
+def test_a_key_both_set_and_swept_is_refused(recipes, sets, grid, seeds):
+    with pytest.raises(SweepError, match="given with --set and swept too"):
+        expand([recipes / "tfidf-a.yaml"], sets=sets, grid=grid, seeds=seeds)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--jobs", "0"], "--jobs must be at least 1"),
+        (["--launcher", "pbs"], "unknown --launcher 'pbs'"),
+        (["--gpus", "0,0"], "distinct GPU ids"),
+    ],
+)
+def test_a_dry_run_refuses_the_options_the_sweep_would(recipes, args, message):
+    res = CliRunner().invoke(app, ["sweep", str(recipes / "tfidf-a.yaml"), "--dry-run", *args], env={"COLUMNS": "200"})
+    assert res.exit_code == 1 and message in res.output, res.output

@@ -163,3 +163,27 @@ def test_at_the_time_limit_the_run_is_stopped_then_requeued_to_resume():
     assert job._child.poll() is not None  # stopped before the requeue, not left running
     assert again.args[0].resume is True and again.args[0].run_id == "run-1"
     assert isinstance(again.function, RunJob)
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (
+            'echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2\nexit 1',
+            "Invalid partition name specified",
+        ),
+        ('echo "no job id here"', "Could not make sense of sbatch output"),
+    ],
+)
+def test_sbatch_refusing_is_one_line_and_the_runs_say_not_submitted(fake_sbatch, recipes, answer, reason):
+    sbatch = fake_sbatch.parent / "bin" / "sbatch"
+    sbatch.write_text(f"#!/bin/sh\n{answer}\n")
+    plan = expand([recipes / "tfidf-a.yaml", recipes / "tfidf-b.yaml"])
+    with pytest.raises(XmcbenchError) as exc:
+        run_sweep(plan, launcher="slurm", slurm=SlurmOptions(partition="nope"), wait=False)
+    assert "\n" not in str(exc.value) and reason in str(exc.value) and "run the same command again" in str(exc.value)
+    from xmcbench.sweep import SweepRecord
+
+    entries = SweepRecord.load(plan.sweep_id).entries
+    assert [e["status"] for e in entries] == ["failed", "failed"]  # not "queued" for ever
+    assert all(e["error"].startswith("not submitted: ") and reason in e["error"] for e in entries)

@@ -54,12 +54,18 @@ def push(
     ] = "other",
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Where to build the upload folder (default: $XMCBENCH_HOME/hub/push/RUN_ID)."),
+        typer.Option(
+            "--out",
+            help="Where to build the upload folder (default: $XMCBENCH_HOME/hub/push/RUN_ID); "
+            "a new or empty folder, or one an earlier push built.",
+        ),
     ] = None,
 ) -> None:
     """Push a finished run's trained model (sentence-transformers folder + method parts), model card, record and recipe.
 
     The token is taken like huggingface_hub takes it: HF_TOKEN, or the login stored by `hf auth login`.
+    A Hub that does not answer for XMCBENCH_HUB_TIMEOUT seconds (default 60) ends the push with an error;
+    run the same push again to finish it.
     """
     from xmcbench.hub import push_run
 

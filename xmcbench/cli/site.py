@@ -13,7 +13,7 @@ from xmcbench.cli._common import console, err_console, handle_errors
 
 @handle_errors
 def site(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the pages into (created if needed).")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Folder to write the pages into (created if needed).")],
     dataset: Annotated[
         list[str] | None,
         typer.Option(
@@ -33,8 +33,15 @@ def site(
     need no network and no server: open index.html in a browser.
     """
     from xmcbench.cli.table import canonical_dataset
+    from xmcbench.errors import XmcbenchError
     from xmcbench.report.site import build_site
     from xmcbench.store import Store
+
+    # an unset shell variable (`--out "$SITE"`, `-d "$DS"`) must not mean "here" or a page named ".html"
+    if not out.strip():
+        raise XmcbenchError("--out '' is empty: give the folder to write the site into (e.g. --out site)")
+    if dataset and any(not d.strip() for d in dataset):
+        raise XmcbenchError("--dataset '' is empty: give a dataset name (`xmcbench datasets list` shows them)")
 
     with Store.open(db, read_only=True, missing_ok=db is None) as store:
         if not store.exists:
@@ -43,7 +50,7 @@ def site(
                 highlight=False,
                 soft_wrap=True,
             )
-        pages = build_site(store, out, [canonical_dataset(d) for d in dataset] if dataset else None)
+        pages = build_site(store, Path(out).expanduser(), [canonical_dataset(d) for d in dataset] if dataset else None)
     console.print(
         f"wrote {len(pages)} pages to {escape(str(out))}; open {escape(str(pages[0]))}", highlight=False, soft_wrap=True
     )

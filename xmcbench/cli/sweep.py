@@ -99,7 +99,7 @@ class _Display:
 
 def _show_status(sweep_id: str) -> None:
     from xmcbench.sweep import SweepRecord
-    from xmcbench.sweep.launch import outcome
+    from xmcbench.sweep.launch import outcome, read_run
     from xmcbench.sweep.record import sweep_path
     from xmcbench.sweep.slurm import job_state
 
@@ -114,8 +114,25 @@ def _show_status(sweep_id: str) -> None:
                 e.update(ended)
         if record.data["launcher"] == "slurm":
             states[e["key"]] = job_state(sweep_id, e.get("job_id"))
+    if record.data["launcher"] != "slurm" and not _sweep_alive(sweep_id):
+        # a sweep killed outright (SIGKILL, a lost terminal) never wrote how its runs ended
+        for e in record.entries:
+            if e["status"] in ("running", "queued") and read_run(runs_dir, e.get("run_id")) is None:
+                e["status"] = "interrupted"
+                e["error"] = "the sweep is no longer running; the same sweep command resumes it"
     console.print(status_table(record, states))
     console.print(f"sweep record: {escape(str(sweep_path(sweep_id)))}", highlight=False, soft_wrap=True)
+
+
+def _sweep_alive(sweep_id: str) -> bool:
+    """Whether a process runs the sweep now: it holds the sweep's lock while it launches and waits."""
+    from xmcbench.sweep.record import sweep_lock
+
+    try:
+        with sweep_lock(sweep_id):
+            return False
+    except XmcbenchError:
+        return True
 
 
 @handle_errors
@@ -173,7 +190,7 @@ def sweep(
     records them interrupted; the same command again resumes those and skips finished ones (same
     recipe, data and code). `xmcbench table --sweep SWEEP_ID` shows the sweep's results.
     """
-    from xmcbench.sweep import SlurmOptions, expand, preview, run_sweep
+    from xmcbench.sweep import LAUNCHERS, SlurmOptions, expand, preview, run_sweep
     from xmcbench.sweep.local import parse_gpus
 
     if status is not None:
@@ -183,6 +200,12 @@ def sweep(
         return
     if not recipes:
         raise XmcbenchError("give recipe files to sweep (e.g. recipes/smoke/*.yaml), or --status SWEEP_ID")
+    # the options a run would refuse, refused before the plan (a --dry-run checks them too)
+    if launcher not in LAUNCHERS:
+        raise XmcbenchError(f"unknown --launcher {launcher!r}; use {' or '.join(LAUNCHERS)}")
+    if jobs < 1:
+        raise XmcbenchError(f"--jobs must be at least 1, got {jobs}")
+    gpu_ids = [] if gpus is not None and gpus.strip().lower() in ("none", "cpu", "") else parse_gpus(gpus)
     plan = expand(recipes, sets=set_ or [], grid=grid or [], seeds=seeds)
     if dry_run:
         table = Table(title=escape(f"{plan.sweep_id}: {len(plan.runs)} runs (dry run)"), title_justify="left")
@@ -192,7 +215,6 @@ def sweep(
             table.add_row(str(i), escape(run.key), str(run.gpus), escape(" ".join(run.overrides)), escape(action))
         console.print(table)
         return
-    gpu_ids = [] if gpus is not None and gpus.strip().lower() in ("none", "cpu", "") else parse_gpus(gpus)
     options = SlurmOptions(
         partition=partition,
         time=time,

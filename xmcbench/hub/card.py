@@ -4,7 +4,7 @@ Front matter through huggingface_hub's ``ModelCardData`` / ``EvalResult`` so the
 scores (model-index: task type, dataset type + name + split, metric type + value, source); the
 body says what was trained on what, with which recipe, on what compute, with what label pool,
 against which published number, and how to load and evaluate it. Everything that came from the
-run passes through ``redact`` once more: a card is public.
+run passes through ``publishable`` once more: a card is public (no secrets, no local paths).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.redact import redact
+from xmcbench.redact import publishable
 
 TASK_TYPE = "text-classification"
 TASK_NAME = "Extreme multi-label classification"
@@ -136,7 +136,7 @@ def render_card(
 
     data = card_data(record, repo_id, repo_url, license)
     content = f"---\n{data.to_yaml()}\n---\n\n{_body(record, recipe_text, repo_id)}"
-    card = ModelCard(redact(content))  # parses the front matter: a card that would not parse is refused here
+    card = ModelCard(publishable(content))  # parses the front matter: a card that would not parse is refused here
     return str(card)
 
 

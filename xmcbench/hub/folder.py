@@ -14,7 +14,7 @@ Layout (one repo per trained model)::
     xmcbench/heads.safetensors, xmcbench/unidec.json                      UniDEC: g1, g2 and Ψ
     xmcbench/prototype_network.safetensors, xmcbench/prototype_network.json
                                     PRIME: the prototype layer, centroids, free vectors, label->vector map
-    record.json, recipe.yaml        the run's record and resolved recipe (secrets masked)
+    record.json, recipe.yaml        the run's record and resolved recipe (secrets masked, local paths cut)
 
 Arrays become safetensors (the Hub's weight format, loadable without pickle); method files that
 already are safetensors are copied byte for byte so a download can be compared with the run.
@@ -31,7 +31,7 @@ import numpy as np
 
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import atomic_write, to_json
-from xmcbench.redact import redact, redact_data
+from xmcbench.redact import publishable
 
 FORMAT_VERSION = 1
 MODEL_SUBDIR = "xmcbench"
@@ -93,9 +93,7 @@ def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_
     method = record["model"]["method"]
     model_dir = run_dir / "checkpoints" / "model"
     check_model_files(model_dir, method)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    clear_out_dir(out, owned=lambda d: (d / MODEL_SUBDIR / MODEL_JSON).is_file(), keep=run_dir)
     _copy_tree(model_dir / ENCODER_DIR, out)
     _write_st_config(out)
 
@@ -138,11 +136,39 @@ def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_
         "files": [f"{MODEL_SUBDIR}/{name}" for name in parts["copy"]],
     }
     atomic_write(sub / MODEL_JSON, to_json(meta) + "\n")
-    atomic_write(out / "record.json", to_json(redact_data(record)) + "\n")
-    atomic_write(out / "recipe.yaml", redact(recipe_text))
+    atomic_write(out / "record.json", to_json(publishable(record)) + "\n")
+    atomic_write(out / "recipe.yaml", publishable(recipe_text))
     atomic_write(out / "README.md", card_text)
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     return PushFolder(out, files)
+
+
+def clear_out_dir(out: Path, owned, keep: Path | None = None) -> None:
+    """Make ``out`` an empty folder to build an upload in, emptying it only when it is one built before.
+
+    ``out`` comes from the user (``--out``): a typo or ``--out .`` must never delete their files, the
+    run itself, or more (``--out /``). ``owned(out)`` says whether ``out`` holds a folder xmcbench
+    built (what it writes last); anything else that is not empty is refused.
+    """
+    out = out.absolute()
+    resolved = out.resolve()
+    if keep is not None:
+        keep = keep.resolve()
+        if resolved == keep or resolved in keep.parents or keep in resolved.parents:
+            raise XmcbenchError(f"--out {out} overlaps the run folder {keep}; give a folder outside the run")
+    try:
+        if out.is_symlink() or (out.exists() and not out.is_dir()):
+            raise XmcbenchError(f"--out {out} exists and is not a folder; give a new or empty folder")
+        if out.is_dir() and any(out.iterdir()):
+            if not owned(out):
+                raise XmcbenchError(
+                    f"--out {out} is not empty and is not a folder xmcbench built; "
+                    "give a new or empty folder (nothing in it was touched)"
+                )
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise XmcbenchError(f"cannot prepare the upload folder {out}: {exc.strerror or exc}") from None
 
 
 def _copy_tree(src: Path, dst: Path) -> None:

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xmcbench import paths
-from xmcbench.encoders.hub_ref import hub_endpoint, hub_error_message
+from xmcbench.encoders.hub_ref import http_cause, hub_endpoint, hub_error_message
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import check_name, file_lock, utc_now, write_json
 from xmcbench.hub.card import render_card
 from xmcbench.hub.folder import PushFolder, build_folder, check_model_files
+from xmcbench.redact import redact
 from xmcbench.store.record import RECORD_FILE, load_record
 
 HUB_FILE = "hub.json"
@@ -29,6 +32,9 @@ HUB_FILE = "hub.json"
 RERUN = "nothing was committed; run the same push again to finish it (files that already arrived are not sent again)"
 RECIPE_FILE = "recipe.yaml"
 _BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
+_LICENSE = re.compile(r"^[a-z0-9][a-z0-9.+-]{0,63}$")
+TIMEOUT_ENV = "XMCBENCH_HUB_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -68,12 +74,86 @@ def check_revision(revision: str | None) -> str | None:
     return revision
 
 
+def check_license(license: str) -> str:
+    """The Hub takes lower-case license ids (apache-2.0, cc-by-4.0, other); anything else fails its README check."""
+    if not isinstance(license, str) or not _LICENSE.match(license):
+        raise XmcbenchError(
+            f"--license {license!r} is not a Hub license id: write it lower-case, e.g. apache-2.0, mit, cc-by-4.0 "
+            "or other"
+        )
+    return license
+
+
 def require_token() -> None:
     """A token the way huggingface_hub takes it (HF_TOKEN, the stored login); never printed."""
     from huggingface_hub import get_token
 
     if not get_token():
         raise XmcbenchError("no Hugging Face token: set HF_TOKEN or log in with `hf auth login` (a write token)")
+
+
+def hub_timeout() -> float:
+    """Seconds to wait for the Hub to answer a request (``XMCBENCH_HUB_TIMEOUT``, default 60)."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise XmcbenchError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds > 0 (e.g. {TIMEOUT_ENV}=120)")
+    return value
+
+
+@contextmanager
+def hub_timeouts() -> Iterator[float]:
+    """huggingface_hub's client waits forever for an answer: a Hub that stalls must end a push with an
+    error, not hang it. Its client factory gets a timeout for the push and is put back afterwards."""
+    import huggingface_hub
+    from huggingface_hub.utils import _http
+
+    seconds = hub_timeout()
+    previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
+
+    def factory():
+        client = previous()
+        client.timeout = seconds
+        return client
+
+    huggingface_hub.set_client_factory(factory)
+    try:
+        yield seconds
+    finally:
+        huggingface_hub.set_client_factory(previous)
+
+
+def push_error(exc: BaseException, action: str, retry: str) -> str:
+    """One line for a failed upload; a broken or silent connection is the network's fault, so say to rerun."""
+    import httpx2
+
+    cur: BaseException | None = exc
+    seen: set[int] = set()
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, httpx2.TimeoutException):
+            return redact(
+                f"cannot {action}: the Hub did not answer within {hub_timeout():g} s "
+                f"(set {TIMEOUT_ENV} to wait longer); {retry}"
+            )
+        if isinstance(cur, httpx2.TransportError):
+            return redact(
+                f"cannot {action}: the connection to the Hub broke off ({type(cur).__name__}: {cur}); {retry}"
+            )
+        cur = cur.__cause__ or cur.__context__
+    http, status = http_cause(exc)
+    # 409 and 412: another commit landed first, which a rerun gets past
+    if status is not None and 400 <= status < 500 and status not in (401, 403, 404, 408, 409, 412, 429):
+        # the Hub refused what was sent (a card's metadata, a file too large): sending it again fails the same way
+        said = getattr(http, "server_message", None) or str(exc)
+        first = next((line.strip() for line in str(said).splitlines() if line.strip()), "")
+        return redact(f"cannot {action}: the Hub refused it ({status}): {first[:300]}; nothing was committed")
+    return hub_error_message(exc, action, retry=retry)
 
 
 def hub_url(repo_id: str, repo_type: str = "model") -> str:
@@ -115,6 +195,7 @@ def push_run(
     """Upload run ``run``'s model, card, record and recipe to the Hub model repo ``repo`` (ORG/NAME)."""
     repo_id = check_repo_id(repo)
     revision = check_revision(revision)
+    license = check_license(license)
     run_dir = find_run_dir(run, runs_dir)
     record = load_record(run_dir)
     run_id = record.get("run_id", run_dir.name)
@@ -129,12 +210,16 @@ def push_run(
         raise XmcbenchError(f"{recipe_path} is missing; a model is published with the recipe it was trained with")
     if not dry_run:
         require_token()
+        hub_timeout()
 
     url = hub_url(repo_id)
     recipe_text = recipe_path.read_text(encoding="utf-8")
     card = render_card(record, recipe_text, repo_id, repo_url=url, license=license)
     target = Path(out).expanduser() if out else paths.home() / "hub" / "push" / run_id
-    folder = build_folder(run_dir, record, recipe_text, target, card)
+    try:
+        folder = build_folder(run_dir, record, recipe_text, target, card)
+    except OSError as exc:  # a full disk, a read-only --out: the user's to fix, not a bug
+        raise XmcbenchError(f"cannot write the upload folder {target}: {exc.strerror or exc}") from None
     result = PushResult(repo_id, url, folder, revision=revision, dry_run=dry_run)
     if dry_run:
         return result
@@ -143,19 +228,20 @@ def push_run(
 
     api = HfApi(endpoint=hub_endpoint())
     try:
-        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-        if revision and revision != "main":
-            api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
-        info = api.upload_folder(
-            folder_path=str(folder.path),
-            repo_id=repo_id,
-            repo_type="model",
-            revision=revision,
-            commit_message=f"xmcbench: {record['model']['method']} run {run_id}",
-            commit_description=f"Pushed by xmcbench from run {run_id} ({record['task'].get('dataset')}).",
-        )
+        with hub_timeouts():
+            api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+            if revision and revision != "main":
+                api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+            info = api.upload_folder(
+                folder_path=str(folder.path),
+                repo_id=repo_id,
+                repo_type="model",
+                revision=revision,
+                commit_message=f"xmcbench: {record['model']['method']} run {run_id}",
+                commit_description=f"Pushed by xmcbench from run {run_id} ({record['task'].get('dataset')}).",
+            )
     except Exception as exc:  # anything from the client means: not pushed
-        raise XmcbenchError(hub_error_message(exc, f"push run {run_id} to {repo_id}", retry=RERUN)) from None
+        raise XmcbenchError(push_error(exc, f"push run {run_id} to {repo_id}", RERUN)) from None
     result.commit = info.oid
     _remember(
         run_dir,

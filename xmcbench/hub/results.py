@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from xmcbench import paths
-from xmcbench.encoders.hub_ref import download_checkpoint, hub_endpoint, hub_error_message
+from xmcbench.encoders.hub_ref import download_checkpoint, hub_endpoint
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import check_name, to_json
-from xmcbench.hub.folder import PushFolder
-from xmcbench.hub.push import PushResult, check_repo_id, hub_url, require_token
-from xmcbench.redact import redact_data
+from xmcbench.hub.folder import PushFolder, clear_out_dir
+from xmcbench.hub.push import PushResult, check_repo_id, hub_timeout, hub_timeouts, hub_url, push_error, require_token
+from xmcbench.redact import publishable
 from xmcbench.store import Store, record_rows
 
 RESULTS_DIR = "runs"
@@ -50,20 +50,27 @@ def push_results(
 ) -> PushResult:
     """Upload the database's finished runs to the Hub dataset repo ``repo`` (ORG/NAME), one JSON file per run."""
     repo_id = check_repo_id(repo)
-    with Store.open(db) as store:
+    # read-only: sharing must not create a database (or its folder) where a typo in --db points
+    with Store.open(db, read_only=True, missing_ok=True) as store:
+        if not store.exists:
+            raise XmcbenchError(f"no results database at {store.path}; run something or `xmcbench ingest DIR` first")
         records = [store.get_run(run["run_id"])["record"] for run in store.runs(status="finished")]
     if not records:
         raise XmcbenchError("no finished runs in the database to share; run something or `xmcbench ingest DIR` first")
     if not dry_run:
         require_token()
+        hub_timeout()
     target = Path(out).expanduser() if out else paths.home() / "hub" / "results" / repo_id.replace("/", "--")
-    if target.exists():
-        shutil.rmtree(target)
-    (target / RESULTS_DIR).mkdir(parents=True)
-    for record in records:
-        run_id = check_name(record["run_id"], "run id")
-        (target / RESULTS_DIR / f"{run_id}.json").write_text(to_json(redact_data(record)) + "\n", encoding="utf-8")
-    (target / "README.md").write_text(_dataset_card(repo_id, len(records)), encoding="utf-8")
+    clear_out_dir(target, owned=lambda d: (d / RESULTS_DIR).is_dir() and (d / "README.md").is_file())
+    try:
+        (target / RESULTS_DIR).mkdir()
+        for record in records:
+            run_id = check_name(record["run_id"], "run id")
+            text = to_json(publishable(record)) + "\n"
+            (target / RESULTS_DIR / f"{run_id}.json").write_text(text, encoding="utf-8")
+        (target / "README.md").write_text(_dataset_card(repo_id, len(records)), encoding="utf-8")
+    except OSError as exc:
+        raise XmcbenchError(f"cannot write the upload folder {target}: {exc.strerror or exc}") from None
     files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
     result = PushResult(
         repo_id,
@@ -80,16 +87,17 @@ def push_results(
 
     api = HfApi(endpoint=hub_endpoint())
     try:
-        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-        info = api.upload_folder(
-            folder_path=str(target),
-            repo_id=repo_id,
-            repo_type="dataset",
-            commit_message=f"xmcbench: {len(records)} finished runs",
-        )
+        with hub_timeouts():
+            api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+            info = api.upload_folder(
+                folder_path=str(target),
+                repo_id=repo_id,
+                repo_type="dataset",
+                commit_message=f"xmcbench: {len(records)} finished runs",
+            )
     except Exception as exc:
         retry = "nothing was committed; run push-results again (files that already arrived are not sent again)"
-        raise XmcbenchError(hub_error_message(exc, f"push results to {repo_id}", retry=retry)) from None
+        raise XmcbenchError(push_error(exc, f"push results to {repo_id}", retry)) from None
     result.commit = info.oid
     return result
 

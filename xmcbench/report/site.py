@@ -18,6 +18,7 @@ diff-able text; points carry ``<title>`` tooltips (method, source, values).
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import math
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.fsutil import atomic_write
 from xmcbench.report.render import NAME_COLUMNS, format_cell
 from xmcbench.report.table import Table, build_overview, build_table
 from xmcbench.store import Store
@@ -97,17 +99,22 @@ SCRIPT = """
 def build_site(store: Store, out: str | Path, datasets: list[str] | None = None) -> list[Path]:
     """Write ``index.html`` and ``<dataset>.html`` pages into ``out``; returns the pages written."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     names = datasets or _datasets(store)
-    pages: list[Path] = []
     links = [(name, _page_name(name)) for name in names]
-    for name, page in links:
-        path = out / page
-        path.write_text(_dataset_page(store, name, links), encoding="utf-8")
-        pages.append(path)
-    index = out / "index.html"
-    index.write_text(_index_page(store, links), encoding="utf-8")
-    return [index, *pages]
+    # every page is rendered before any is written, and each is written whole: a failure (full disk,
+    # unwritable --out) leaves the site that was there before, never pages that link to missing ones
+    rendered = [(page, _dataset_page(store, name, links)) for name, page in links]
+    rendered.append(("index.html", _index_page(store, links)))
+    if out.exists() and not out.is_dir():
+        raise XmcbenchError(f"--out {out} is a file; give a folder for the site (created if needed)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for page, text in rendered:
+            atomic_write(out / page, text)
+    except OSError as exc:
+        raise XmcbenchError(f"cannot write the site into {out}: {exc.strerror or exc}") from None
+    pages = [out / page for page, _ in rendered]
+    return [pages[-1], *pages[:-1]]
 
 
 def _datasets(store: Store) -> list[str]:
@@ -120,7 +127,12 @@ def _datasets(store: Store) -> list[str]:
 
 
 def _page_name(dataset: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", dataset) + ".html"
+    """A file name of its own for every dataset name: ``a b`` and ``a_b``, two names in another script, or
+    a dataset called ``index`` must not overwrite each other's page, and a long name must still fit."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", dataset).strip("._")[:80]
+    if not slug or slug != dataset or slug.lower() == "index":
+        slug = f"{slug}-{hashlib.sha1(dataset.encode('utf-8')).hexdigest()[:8]}".lstrip("-")
+    return slug + ".html"
 
 
 # -- pages -----------------------------------------------------------------------------------
@@ -500,7 +512,7 @@ def _loss_curves(store: Store, run_ids: list[str]) -> list[tuple[str, str]]:
         except XmcbenchError:
             continue
         entries = _train_log(run.get("run_dir"))
-        points = [(e["epoch"], e["loss"]) for e in entries if e.get("loss") is not None and e.get("epoch") is not None]
+        points = [(e["epoch"], e["loss"]) for e in entries if _finite(e.get("loss")) and _finite(e.get("epoch"))]
         if not points:
             continue
         xs, ys = [p[0] for p in points], [p[1] for p in points]
@@ -521,13 +533,19 @@ def _train_log(run_dir: Any) -> list[dict]:
     if not run_dir:
         return []
     try:
-        lines = (Path(run_dir) / "train_log.jsonl").read_text(encoding="utf-8").splitlines()
+        lines = (Path(run_dir) / "train_log.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return []
     out = []
     for line in lines:
         try:
-            out.append(json.loads(line))
+            entry = json.loads(line)
         except ValueError:
             continue
+        if isinstance(entry, dict):  # a damaged log must cost its curve, not the site
+            out.append(entry)
     return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

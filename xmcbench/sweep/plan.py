@@ -107,6 +107,9 @@ def parse_grid(items: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
             raise SweepError(f"--grid {key} is given twice; list all its values in one --grid {key}=v1,v2")
         if key == "training.seed":
             raise SweepError("give seeds with --seeds 0,1,2, not --grid training.seed=...")
+        texts = [json.dumps(v, sort_keys=True) for v in values]
+        if len(set(texts)) != len(texts):
+            raise SweepError(f"--grid {item!r} repeats a value; each value is one run")
         grid.append((key, tuple(values)))
     return grid
 
@@ -142,6 +145,14 @@ def expand(
         raise SweepError("a recipe is given twice; each recipe file once (use --seeds for repeats)")
     grid_values = parse_grid(grid or [])
     seed_list = parse_seeds(seeds)
+    set_keys = {item.partition("=")[0].strip() for item in sets or []}
+    both = [key for key, _ in grid_values if key in set_keys] + (
+        ["training.seed"] if seed_list and "training.seed" in set_keys else []
+    )
+    if both:
+        raise SweepError(
+            f"{both[0]} is given with --set and swept too; drop the --set (the sweep gives each run its value)"
+        )
     labels = [_recipe_label(p) for p in paths]
     if len(set(labels)) != len(labels):  # two dexml.yaml from different folders
         labels = [str(Path(p).with_suffix("")) for p in paths]
@@ -172,6 +183,16 @@ def expand(
                 runs.append(PlannedRun(path, tuple(overrides), key, seed, recipe))
     if failing:
         raise SweepError(_failing_message(failing, total))
+    same: dict[str, list[str]] = {}
+    for run in runs:
+        same.setdefault(run.recipe_hash, []).append(run.key)
+    twins = [keys for keys in same.values() if len(keys) > 1]
+    if twins:  # e.g. --grid training.lr=1e-4,0.0001: one run under two names, trained twice
+        raise SweepError(
+            "these runs would be the same run (the same recipe once resolved): "
+            + "; ".join(" = ".join(keys) for keys in twins[:5])
+            + "; give each value once"
+        )
     digest = hashlib.sha256(json.dumps([[r.key, r.recipe_hash] for r in runs], sort_keys=True).encode()).hexdigest()
     return SweepPlan(
         sweep_id=f"sweep-{digest[:10]}",

@@ -227,8 +227,18 @@ def submit(sweep: SweepRecord, launches: list[Launch], options: SlurmOptions, *,
         by_shape.setdefault((spec.nodes, spec.gpus_per_node), []).append(spec)
     for (nodes, gpus_per_node), group in by_shape.items():
         executor = executor_for(folder, options, nodes, gpus_per_node, name=f"xmcbench-{sweep.sweep_id}")
-        with executor.batch():
-            submitted = [executor.submit(RunJob(), spec) for spec in group]
+        try:
+            with executor.batch():
+                submitted = [executor.submit(RunJob(), spec) for spec in group]
+        except Exception as exc:  # noqa: BLE001 - sbatch refused (partition, account, limits) or said something unreadable
+            reason = _sbatch_reason(exc)
+            for spec in group:
+                sweep.entry(spec.key).update(status="failed", job_id=None, error=f"not submitted: {reason}")
+            sweep.save()
+            raise XmcbenchError(
+                f"sbatch did not take the sweep's jobs: {reason}. Fix the Slurm options and run the same command "
+                f"again (jobs already submitted are not submitted twice; `squeue --me` shows what Slurm has)"
+            ) from None
         for spec, job in zip(group, submitted):
             entry = sweep.entry(spec.key)
             entry.update(
@@ -242,6 +252,13 @@ def submit(sweep: SweepRecord, launches: list[Launch], options: SlurmOptions, *,
             jobs.append((spec, job))
         sweep.save()  # after each array job: a later sbatch failure must not lose these job ids
     return jobs
+
+
+def _sbatch_reason(exc: BaseException) -> str:
+    """The line of sbatch's answer that says why (submitit's error carries all of stderr)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return ((errors or lines or [type(exc).__name__])[0])[:300]
 
 
 def wait(
