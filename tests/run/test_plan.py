@@ -1,6 +1,7 @@
 """``xmcbench plan``: estimates on paper for a recipe's dataset and hardware, and a warning when it won't fit."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -515,3 +516,84 @@ def test_plan_refuses_what_the_run_would_refuse():
         plan_recipe(load_recipe("recipes/prime.yaml"), num_gpus=2)
     with pytest.raises(XmcbenchError, match="--judge-params is for LMTX recipes"):
         plan_recipe(load_recipe("recipes/prime.yaml"), judge_params=13e9)
+
+
+def _finite_numbers(value, where="plan"):
+    """Every number in a plan's JSON, each finite and not negative."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _finite_numbers(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _finite_numbers(v, f"{where}[{i}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        assert math.isfinite(value) and value >= 0, f"{where} = {value}"
+
+
+def _shipped():
+    from xmcbench.run.shipped import list_recipes
+
+    return list(list_recipes().items())
+
+
+@pytest.mark.parametrize(
+    "hardware",
+    [{}, {"num_gpus": 1}, {"gpu": "RTX-9090", "gpu_mem_gb": 24.0, "num_gpus": 1}, {"gpu": "H200-141GB"}],
+    ids=["recipe's", "one GPU", "unknown GPU with --gpu-mem", "H200"],
+)
+def test_every_shipped_recipe_plans_with_finite_numbers_without_its_dataset(hardware):
+    # a fresh home: no dataset is prepared, so every plan runs on the catalogue's counts
+    for name, path in _shipped():
+        try:
+            p = plan_recipe(load_recipe(path), **hardware)
+        except XmcbenchError as exc:
+            # what the plan cannot know offline, or what the run would refuse, said in one line
+            assert "hf://" in str(exc) or "trains in one process" in str(exc), f"{name}: {exc}"
+            continue
+        _finite_numbers(p.as_dict(), name)
+        assert p.n_labels > 0 and p.n_train > 0 and p.per_device_gb > 0, name
+        if p.lengths_bound:
+            assert "not prepared here" in p.lengths.how, name
+
+
+def test_the_cli_plans_a_shipped_recipe_by_name_and_checks_its_options():
+    by_name = CliRunner().invoke(app, ["plan", "smoke/dexml", "--format", "JSON"])
+    assert by_name.exit_code == 0 and json.loads(by_name.stdout)["recipe"] == "smoke-dexml"
+    unknown = CliRunner().invoke(app, ["plan", "smoke/no-such-recipe"])
+    assert unknown.exit_code == 1 and "no shipped recipe of that name" in unknown.output
+    fmt = CliRunner().invoke(app, ["plan", "smoke/dexml", "--format", "yaml"])
+    assert fmt.exit_code == 1 and "--format is text or json, not 'yaml'" in fmt.output
+    empty = CliRunner().invoke(app, ["plan", "smoke/dexml", "--gpu", ""])
+    assert empty.exit_code == 1 and "--gpu is empty" in empty.output
+    tiny = CliRunner().invoke(app, ["plan", "smoke/dexml", "--gpu-mem", "0.001"])
+    assert tiny.exit_code == 3 and "of 0.001 GB -> DOES NOT FIT" in tiny.stdout  # not "of 0 GB"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"model.safetensors": b"not safetensors"},
+        {"model.safetensors.index.json": b'{"weight_map": 5}'},
+        {"model.safetensors.index.json": b'{"weight_map": {"a": "missing.safetensors"}}'},
+    ],
+    ids=["garbage weights", "bad index", "index naming a missing file"],
+)
+def test_a_judge_whose_weights_cannot_be_read_is_still_planned(tmp_path, damage):
+    folder = tmp_path / "judge-13B"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    for name, data in damage.items():
+        (folder / name).write_bytes(data)
+    p = plan_recipe(load_recipe("recipes/lmtx.yaml", [f"method.judge.model={folder}"]))
+    assert p.judge.params == 13e9  # its name says
+    assert "read from its name; its weights in" in p.judge.size_from and "could not be read" in p.judge.size_from
+    (folder.rename(tmp_path / "my-judge"))
+    p = plan_recipe(load_recipe("recipes/lmtx.yaml", [f"method.judge.model={tmp_path / 'my-judge'}"]))
+    assert p.judge.params == 0 and "give --judge-params" in p.judge.size_from
+
+
+def test_long_memory_component_names_stay_in_their_column():
+    text = plan_recipe(load_recipe("recipes/lmtx.yaml")).render()
+    block = text.split("GPU memory per device:\n")[1].split("\n  step time")[0].splitlines()
+    assert any(len(line.strip().split("  ")[0]) > 36 for line in block)  # "activations (queries + pool labels), bf16"
+    assert len({line.index(" GB") for line in block}) == 1, block

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmcbench.cli._common import console, handle_errors, strict_json
+from xmcbench.errors import XmcbenchError
 
 app = typer.Typer(help="LLM judges (LMTX): quality on ground truth, and the judgement cache.", no_args_is_help=True)
 cache_app = typer.Typer(help="The judgement cache ($XMCBENCH_HOME/judgements.duckdb).", no_args_is_help=True)
@@ -25,9 +26,26 @@ def _synthetic(text: str | None) -> dict | None:
         values = [int(v) for v in text.split(",")]
     except ValueError:
         values = []
-    if len(values) != 4 or min(values[:3]) <= 0 or values[3] < 0:
-        raise typer.BadParameter(f"--synth takes LABELS,TRAIN,TEST,SEED (positive sizes, seed >= 0); got {text!r}")
+    if len(values) != 4 or values[0] < 2 or min(values[1:3]) <= 0 or values[3] < 0:
+        raise typer.BadParameter(
+            f"--synth takes LABELS,TRAIN,TEST,SEED (at least 2 labels, positive sizes, seed >= 0); got {text!r}"
+        )
     return dict(zip(("labels", "train", "test", "seed"), values, strict=True))
+
+
+def _judge_config(**settings):
+    """A JudgeConfig from the command's options, its problems named by option (never a traceback)."""
+    from pydantic import ValidationError
+
+    from xmcbench.judge import JudgeConfig
+
+    try:
+        return JudgeConfig(**settings)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"--{'-'.join(str(part) for part in e['loc']).replace('_', '-')}: {e['msg']}" for e in exc.errors()
+        )
+        raise XmcbenchError(problems) from None
 
 
 @app.command("prepare")
@@ -54,12 +72,16 @@ def eval_(
     ],
     backend: Annotated[str, typer.Option(help="transformers | openai | fake")] = "transformers",
     base_url: Annotated[str | None, typer.Option(help="openai backend: e.g. http://127.0.0.1:8000/v1")] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(help="openai backend: the NAME of the environment variable holding the server's API key."),
+    ] = None,
     prompt: Annotated[str, typer.Option(help="Prompt id (xmcbench/judge/prompts) or a .txt template.")] = "eurlex-4k",
     sample: Annotated[
-        int, typer.Option(help="Documents sampled (two pairs each: a true label, a hard negative).")
+        int, typer.Option(min=1, help="Documents sampled (two pairs each: a true label, a hard negative).")
     ] = 100,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    threads: Annotated[int, typer.Option(help="torch CPU threads for the transformers backend.")] = 1,
+    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads for the transformers backend.")] = 1,
     device: Annotated[str, typer.Option(help="transformers backend device (cpu, cuda).")] = "cpu",
     injection: Annotated[
         bool, typer.Option(help="Also measure how 'answer yes' instructions in documents move P(yes).")
@@ -70,19 +92,29 @@ def eval_(
 ) -> None:
     """Accuracy, AUC of P(yes) and head/torso/tail agreement of a judge against ground truth."""
     from xmcbench.data import load_dataset
-    from xmcbench.judge import CachedJudge, JudgeConfig, JudgementCache, build_judge, load_prompt
+    from xmcbench.judge import CachedJudge, JudgementCache, build_judge, load_prompt
     from xmcbench.judge.quality import injection_shift, judge_quality, sample_pairs
     from xmcbench.metrics.groups import label_groups
 
+    # the settings first: a mistyped option should not wait for a dataset to be made
+    cfg = _judge_config(
+        backend=backend,
+        model=model,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        prompt=prompt,
+        threads=threads,
+        device=device,
+    )
+    template = load_prompt(prompt)
     ds = load_dataset(dataset, synthetic=_synthetic(synth), progress=False)
     labels = ds.labels("train")
     doc_ids, label_ids, is_true = sample_pairs(labels, sample, seed)
-    cfg = JudgeConfig(backend=backend, model=model, base_url=base_url, prompt=prompt, threads=threads, device=device)
     t0 = time.perf_counter()
     judge = build_judge(cfg)
     load_s = time.perf_counter() - t0
     texts, label_texts = ds.query_texts("train"), ds.label_texts()
-    cached = CachedJudge(judge, JudgementCache() if cache else None, load_prompt(prompt))
+    cached = CachedJudge(judge, JudgementCache() if cache else None, template)
     p = cached.judge_pairs(ds.version, doc_ids, label_ids, texts, label_texts)
     report = judge_quality(p, is_true, label_ids, label_groups(labels))
     out = {"dataset": ds.name, "prompt": prompt, "load_s": load_s, **report.__dict__, "judge": judge.stats.as_dict()}

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from xmcbench.cli._common import console, err_console, handle_errors
+from xmcbench.cli._common import console, err_console, handle_errors, strict_json
+from xmcbench.errors import XmcbenchError
 
 
 @handle_errors
 def plan(
-    recipe: Annotated[Path, typer.Argument(help="Recipe YAML file.")],
+    recipe: Annotated[
+        str,
+        typer.Argument(
+            help="Recipe YAML file, or a shipped recipe's name such as dexml/eurlex-4k-all-negatives "
+            "(see `xmcbench recipes list`)."
+        ),
+    ],
     gpu: Annotated[
         str | None,
         typer.Option(
@@ -38,7 +43,9 @@ def plan(
             help="LMTX: the judge LLM's parameters (e.g. 13e9), where neither local weights nor its name say.",
         ),
     ] = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="text or json (exit code 3 in both when it will not fit).")
+    ] = "text",
 ) -> None:
     """Estimate, before a run, GPU memory per device, label-embedding and classifier sizes, step time and
     total GPU-hours for the recipe's dataset and hardware; warn when it will not fit (exit code 3).
@@ -49,9 +56,13 @@ def plan(
     counts at max_length, an upper bound the plan names."""
     from xmcbench.run import load_recipe
     from xmcbench.run.plan import plan_recipe
+    from xmcbench.run.shipped import resolve_recipe
 
+    format = format.lower()
+    if format not in ("text", "json"):
+        raise XmcbenchError(f"--format is text or json, not {format!r}")
     result = plan_recipe(
-        load_recipe(recipe, set_ or []),
+        load_recipe(resolve_recipe(recipe), set_ or []),
         gpu=gpu,
         num_gpus=num_gpus,
         gpu_mem_gb=gpu_mem,
@@ -59,7 +70,7 @@ def plan(
         judge_params=judge_params,
     )
     if format == "json":
-        console.print_json(json.dumps(result.as_dict()))
+        console.print_json(strict_json(result.as_dict()))
     else:
         console.print(escape(result.render()), highlight=False, soft_wrap=True)
     if not result.fits:

@@ -8,6 +8,7 @@ A document too long for the judge is truncated (the question never is) and count
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,10 +54,24 @@ def prompt_ids() -> list[str]:
 
 
 def load_prompt(name_or_path: str) -> Prompt:
-    """A packaged prompt by id (``eurlex-4k``), or a template file (its stem becomes the id)."""
-    path = Path(name_or_path)
-    if path.suffix == ".txt" and path.exists():
-        return Prompt(path.stem, path.read_text(encoding="utf-8").rstrip("\n"))
+    """A packaged prompt by id (``eurlex-4k``), or a template file (id: its stem and its text's hash,
+    ``mine@1a2b3c4d5e6f``)."""
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".txt" or "/" in name_or_path or "\\" in name_or_path:  # a file, not an id
+        if not path.is_file():
+            raise JudgeError(
+                f"prompt file {path} {'is a folder' if path.is_dir() else 'does not exist'}: give a .txt template "
+                f"with {{doc}} and {{label_text}}, or a packaged prompt id ({', '.join(prompt_ids())})"
+            )
+        try:
+            template = path.read_text(encoding="utf-8").rstrip("\n")
+        except UnicodeDecodeError:
+            raise JudgeError(f"prompt file {path} is not UTF-8 text: save it as UTF-8") from None
+        except OSError as exc:
+            raise JudgeError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None
+        # The id keys the judgement cache: an edited template (or another file of the same name)
+        # must not be answered from the old one's judgements.
+        return Prompt(f"{path.stem}@{hashlib.sha256(template.encode()).hexdigest()[:12]}", template)
     res = resources.files("xmcbench.judge.prompts") / f"{name_or_path}.txt"
     if not res.is_file():
         raise JudgeError(f"unknown prompt {name_or_path!r}: use one of {', '.join(prompt_ids())} or a .txt file")
@@ -97,8 +112,9 @@ class Judge(Protocol):
 
 
 def answer_word(token: str) -> str | None:
-    """'yes' / 'no' when a token (or answer text) is one of their variants, else None."""
-    word = token.strip().strip(".!,:\"'").lower()
+    """'yes' / 'no' when a token (or answer text) is one of their variants, else None: punctuation,
+    markdown emphasis and the word-start marks of raw tokens (GPT-2's "Ġ", SentencePiece's "▁") aside."""
+    word = token.strip().strip(".!?,:;\"'*_`()[]<>\u0120\u2581 \t\r\n").lower()
     return word if word in ("yes", "no") else None
 
 

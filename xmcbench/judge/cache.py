@@ -9,6 +9,12 @@ then open read-write, retrying while DuckDB's own lock is held by a reader, one 
 ``INSERT OR IGNORE`` (two runs that judged the same pair concurrently agree; the first wins).
 Readers take no lock file and retry on a conflict. The store's schema is untouched.
 
+A damaged file (a disk that filled mid-checkpoint, a copy cut short) costs judgements, never the
+run: reads answer nothing from it (every pair is asked again), and the next write moves it aside
+(``judgements.duckdb.damaged-<UTC time>``, kept for whoever wants to dig) and starts a fresh file.
+A file that cannot be written (full disk, no permission) is one clear error, and what was stored
+before stays.
+
 ``CachedJudge`` puts the cache in front of any judge: it asks only the pairs not yet stored and
 counts cache hits in the judge's stats.
 """
@@ -16,9 +22,11 @@ counts cache hits in the judge's stats.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
 
@@ -57,6 +65,25 @@ def _conflict(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) and ("conflicting lock" in text or "could not set lock" in text)
 
 
+# DuckDB's exception types for a file it cannot read as a database (bad header, short read,
+# checksum mismatch), unless the operating system's words say the fix is space or permissions.
+_DAMAGE_TYPES = (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException)
+_CANNOT_WRITE = ("no space left", "file too large", "disk quota", "permission denied", "read-only file system")
+
+
+class DamagedCacheError(JudgeError):
+    """The judgement cache file cannot be read as a DuckDB database."""
+
+
+def _damaged(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, _DAMAGE_TYPES) and not _conflict(exc) and not any(w in text for w in _CANNOT_WRITE)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def _retry(action: Callable[[], T], timeout_s: float) -> T:
     deadline = time.monotonic() + timeout_s
     pause = 0.005
@@ -75,22 +102,76 @@ class JudgementCache:
         self.path = Path(path) if path is not None else default_cache_path()
         self.timeout_s = timeout_s
 
+    def _check_not_folder(self) -> None:
+        if self.path.is_dir():
+            raise JudgeError(f"the judgement cache {self.path} is a folder; give a file path (e.g. judgements.duckdb)")
+
+    def _move_aside(self, why: BaseException) -> Path:
+        """Keep a damaged file (and its write-ahead log, which must not replay onto a fresh file) beside it."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        os.replace(self.path, aside)
+        wal = self.path.with_name(self.path.name + ".wal")
+        if wal.exists():
+            os.replace(wal, aside.with_name(aside.name + ".wal"))
+        log.warning(
+            "the judgement cache %s was damaged (%s); moved aside to %s, starting a fresh one "
+            "(the judgements stored there will be asked again)",
+            self.path,
+            _first_line(why),
+            aside,
+        )
+        return aside
+
+    def _connect_for_write(self) -> duckdb.DuckDBPyConnection:
+        for attempt in (1, 2):
+            con = None
+            try:
+                con = _retry(lambda: duckdb.connect(str(self.path)), self.timeout_s)
+                con.execute(_SCHEMA)
+                return con
+            except duckdb.Error as exc:
+                if con is not None:
+                    con.close()
+                if attempt == 2 or not (_damaged(exc) and self.path.exists()):
+                    raise
+                self._move_aside(exc)
+        raise AssertionError("unreachable")
+
     @contextmanager
     def _write(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(
-            self.path.with_name(self.path.name + ".lock"),
-            timeout=self.timeout_s,
-            what=f"the judgement cache {self.path}",
-        ):
-            con = _retry(lambda: duckdb.connect(str(self.path)), self.timeout_s)
-            try:
-                con.execute(_SCHEMA)
-                yield con
-            finally:
-                con.close()
+        self._check_not_folder()
+        try:  # OSError: its folder or lock file cannot be made (read-only home, a file in the way)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with file_lock(
+                self.path.with_name(self.path.name + ".lock"),
+                timeout=self.timeout_s,
+                what=f"the judgement cache {self.path}",
+            ):
+                try:
+                    con = self._connect_for_write()
+                except duckdb.Error as exc:
+                    raise JudgeError(self._cannot_write(exc)) from None
+                try:
+                    yield con
+                except duckdb.Error as exc:
+                    raise JudgeError(self._cannot_write(exc)) from None
+                finally:
+                    con.close()
+        except OSError as exc:
+            raise JudgeError(self._cannot_write(exc)) from None
+
+    def _cannot_write(self, exc: BaseException) -> str:
+        if _conflict(exc):
+            return f"the judgement cache {self.path} stayed locked by another process for {self.timeout_s:.0f} s"
+        why = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else _first_line(exc)
+        return (
+            f"cannot write the judgement cache {self.path} ({why}); nothing of this write was "
+            "stored: free space or fix its permissions, or judge without the cache (cache: false, --no-cache)"
+        )
 
     def _read(self, sql: str, params: list | None = None) -> list[tuple]:
+        self._check_not_folder()
         if not self.path.exists():
             return []
 
@@ -103,7 +184,19 @@ class JudgementCache:
             finally:
                 con.close()
 
-        return _retry(run, self.timeout_s)
+        try:
+            return _retry(run, self.timeout_s)
+        except duckdb.Error as exc:
+            if _damaged(exc):
+                raise DamagedCacheError(
+                    f"the judgement cache {self.path} is damaged ({_first_line(exc)}); the next run that stores "
+                    "judgements moves it aside and starts a fresh one, or move it away yourself"
+                ) from None
+            if _conflict(exc):
+                raise JudgeError(
+                    f"the judgement cache {self.path} stayed locked by another process for {self.timeout_s:.0f} s"
+                ) from None
+            raise
 
     def lookup(
         self, dataset_version: str, prompt_id: str, model: str, doc_ids: np.ndarray, label_ids: np.ndarray
@@ -112,11 +205,15 @@ class JudgementCache:
         out = np.full(len(doc_ids), np.nan)
         if len(doc_ids) == 0:
             return out
-        rows = self._read(
-            "SELECT doc_id, label_id, p_yes FROM judgements WHERE dataset_version = ? AND prompt_id = ? AND model = ? "
-            "AND doc_id BETWEEN ? AND ?",
-            [dataset_version, prompt_id, model, int(np.min(doc_ids)), int(np.max(doc_ids))],
-        )
+        try:
+            rows = self._read(
+                "SELECT doc_id, label_id, p_yes FROM judgements WHERE dataset_version = ? AND prompt_id = ? "
+                "AND model = ? AND doc_id BETWEEN ? AND ?",
+                [dataset_version, prompt_id, model, int(np.min(doc_ids)), int(np.max(doc_ids))],
+            )
+        except DamagedCacheError as exc:  # a cache: what it cannot answer is asked again
+            log.warning("%s", exc)
+            return out
         if rows:
             known = {(d, lab): p for d, lab, p in rows}
             for i, (d, lab) in enumerate(zip(doc_ids.tolist(), label_ids.tolist(), strict=False)):
@@ -156,17 +253,46 @@ class JudgementCache:
         )
 
     def export(self, out: Path) -> int:
-        """Write every judgement to a CSV or Parquet file (by suffix); the number written."""
-        fmt = "PARQUET" if out.suffix == ".parquet" else "CSV, HEADER"
+        """Write every judgement to a CSV or Parquet file (by suffix); the number written. The file
+        appears whole or not at all (written beside it, then renamed)."""
+        out = Path(out)
+        formats = {".parquet": "PARQUET", ".csv": "CSV, HEADER"}
+        fmt = formats.get(out.suffix.lower())
+        if fmt is None:
+            raise JudgeError(f"cannot export to {out}: name a .csv or .parquet file")
         if not self.path.exists():
             raise JudgeError(f"no judgement cache at {self.path}")
-        con = _retry(lambda: duckdb.connect(str(self.path), read_only=True), self.timeout_s)
+        if not out.parent.is_dir():
+            raise JudgeError(f"cannot export to {out}: the folder {out.parent} does not exist")
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+
+        def run() -> int:
+            con = duckdb.connect(str(self.path), read_only=True)
+            try:
+                n = con.execute("SELECT count(*) FROM judgements").fetchone()[0]
+                target = str(tmp).replace("'", "''")  # a quote in the path must not end the SQL string
+                con.execute(f"COPY (SELECT * FROM judgements ORDER BY ALL) TO '{target}' (FORMAT {fmt})")
+                return int(n)
+            finally:
+                con.close()
+
+        self._check_not_folder()
         try:
-            n = con.execute("SELECT count(*) FROM judgements").fetchone()[0]
-            con.execute(f"COPY (SELECT * FROM judgements ORDER BY ALL) TO '{out}' (FORMAT {fmt})")
+            n = _retry(run, self.timeout_s)
+            os.replace(tmp, out)
+        except duckdb.CatalogException:
+            raise JudgeError(f"{self.path} holds no judgements table: is it a judgement cache?") from None
+        except duckdb.Error as exc:
+            if _damaged(exc) and str(tmp) not in str(exc):  # the cache, not the file being written
+                raise DamagedCacheError(
+                    f"the judgement cache {self.path} is damaged ({_first_line(exc)}); nothing was exported"
+                ) from None
+            raise JudgeError(f"cannot export to {out} ({_first_line(exc)}); nothing was written") from None
+        except OSError as exc:
+            raise JudgeError(f"cannot export to {out} ({exc}); nothing was written") from None
         finally:
-            con.close()
-        return int(n)
+            tmp.unlink(missing_ok=True)
+        return n
 
     def clear(self, *, dataset_version: str | None = None, model: str | None = None) -> int:
         """Delete judgements (all, or of one dataset version / model); the number deleted."""

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from xmcbench.judge.base import Judge, JudgeError
 
 __all__ = ["JudgeConfig", "build_judge"]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class JudgeConfig(BaseModel):
@@ -35,6 +38,27 @@ class JudgeConfig(BaseModel):
     retries: int = Field(default=3, ge=0)
     max_doc_chars: int = Field(default=3000, gt=0)
 
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        from xmcbench.judge.openai_judge import check_base_url
+
+        try:
+            return check_base_url(url) if url else url
+        except JudgeError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, name: str | None) -> str | None:
+        # The value is never echoed: a key pasted here by mistake must not reach an error message.
+        if name is not None and not _ENV_NAME.match(name):
+            raise ValueError(
+                "api_key_env is the NAME of an environment variable holding the key (e.g. JUDGE_API_KEY), "
+                "never the key itself"
+            )
+        return name
+
 
 def build_judge(cfg: JudgeConfig) -> Judge:
     if cfg.backend == "fake":
@@ -58,7 +82,12 @@ def build_judge(cfg: JudgeConfig) -> Judge:
 
     if not cfg.base_url:
         raise JudgeError("the openai judge backend needs base_url (e.g. http://127.0.0.1:8000/v1)")
-    key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
+    key = os.environ.get(cfg.api_key_env, "").strip() if cfg.api_key_env else None
+    if cfg.api_key_env and not key:
+        raise JudgeError(
+            f"api_key_env names the environment variable {cfg.api_key_env}, but it is not set (or empty): "
+            f"export {cfg.api_key_env}=<key> before the run"
+        )
     return OpenAIJudge(
         cfg.base_url,
         cfg.model,

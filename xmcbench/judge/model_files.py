@@ -19,6 +19,7 @@ import hashlib
 import importlib.metadata as md
 import os
 import re
+import shutil
 from pathlib import Path
 
 from xmcbench.fsutil import file_lock, install_dir, sha256_file
@@ -142,6 +143,7 @@ def _bf16_copy(gguf: Path, sha: str) -> Path:
             )
         dense.tie_weights()
         tmp = folder.with_name(f".{sha}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a conversion killed mid-save
         dense.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "revision").write_text(sha + "\n")
@@ -163,5 +165,38 @@ def resolve_model(spec: str) -> tuple[Path, str]:
         return _bf16_copy(path, sha), sha
     if (path / "config.json").is_file():
         rev_file = path / "revision"
-        return path, rev_file.read_text().strip() if rev_file.exists() else path.name
+        return path, rev_file.read_text().strip() if rev_file.exists() else _folder_revision(path)
+    if spec.startswith("parts:"):
+        raise JudgeError(
+            f"judge model {spec!r}: a parts: spec is parts:<distribution prefix>#sha256=<64 hex digits>, "
+            "e.g. the ones in tests/judge/test-models.txt"
+        )
+    if not path.exists():
+        raise JudgeError(
+            f"judge model folder {path} does not exist: give a model folder with a config.json "
+            "(a Hugging Face model saved locally), a .gguf file or a parts: spec"
+        )
     raise JudgeError(f"judge model {spec!r}: not a model folder (no config.json), a .gguf file, or a parts: spec")
+
+
+def _folder_revision(path: Path) -> str:
+    """A folder without a ``revision`` file is recorded as its name and a fingerprint of its
+    config and weight files (names, sizes, modification times): the judgement cache is keyed on
+    the revision, so a model fine-tuned again in the same folder must not reuse the old model's
+    answers. Hashing the weights themselves would read gigabytes on every run; a copy that keeps
+    the bytes but not the times is asked again, which costs time, never a wrong answer."""
+    files = sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file()
+        and (
+            p.name == "config.json"
+            or p.suffix in (".safetensors", ".bin", ".pt", ".pth")
+            or p.name.endswith(".index.json")
+        )
+    )
+    digest = hashlib.sha256()
+    for p in files:
+        st = p.stat()
+        digest.update(f"{p.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return f"{path.name}@{digest.hexdigest()[:12]}"

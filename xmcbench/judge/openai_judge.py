@@ -6,20 +6,27 @@ yes / no variants' mass, renormalised) where the server gives them; otherwise fr
 text (yes -> 1.0, no -> 0.0). An answer that is neither, with no yes/no in its top tokens, is
 an error, never a guess.
 
-Requests run ``concurrency`` at a time; a connection error, a timeout, HTTP 429 or 5xx is
-retried ``retries`` times with exponential backoff (``backoff_s`` doubling); other HTTP errors
-and a server that stays unreachable raise ``JudgeError``. Standard library only.
+Requests run ``concurrency`` at a time; a connection error, a timeout, a reply cut short or not
+JSON, HTTP 429 or 5xx is retried ``retries`` times with exponential backoff (``backoff_s``
+doubling); other HTTP errors, a reply of the wrong shape and a server that stays unreachable
+raise ``JudgeError``. Standard library only.
 Documents longer than ``max_doc_chars`` are cut (the question is kept whole) and counted.
+
+The API key goes in the Authorization header and nowhere else: the base URL may carry no
+credentials or query (it becomes the recorded revision and the cache's model key), and error
+messages are masked (a server may echo the header back).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +34,46 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from xmcbench.judge.base import JudgeError, JudgeStats, Prompt, answer_word, yes_no_mass
+from xmcbench.redact import MASK, redact
 
 log = logging.getLogger(__name__)
 
 _RETRYABLE_HTTP = {408, 429, 500, 502, 503, 504}
+
+
+def check_base_url(url: str) -> str:
+    """``url`` without a trailing slash when it is an http(s) URL with a host and no credentials,
+    query or fragment; else a JudgeError that says what to change (the URL itself masked)."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise JudgeError(f"judge base_url {redact(url)!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise JudgeError(
+            f"judge base_url {redact(url)!r} must be an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1"
+        )
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        raise JudgeError(
+            f"judge base_url {redact(url)!r} must not carry credentials, a query or a fragment: the URL is "
+            "recorded with every judgement; give the key through api_key_env (the name of an environment variable)"
+        )
+    return url.strip().rstrip("/")
+
+
+def check_api_key(key: str | None) -> str | None:
+    """The key without surrounding whitespace (a key file's newline), or an error naming the problem, never the key."""
+    if key is None:
+        return None
+    key = key.strip()
+    if not key:
+        return None
+    if not key.isprintable() or any(ord(c) > 255 for c in key):
+        raise JudgeError(
+            "the judge API key contains a control character (a line break?) or a character outside Latin-1; "
+            "it cannot go in an HTTP header: check the environment variable api_key_env names"
+        )
+    return key
 
 
 class OpenAIJudge:
@@ -49,10 +92,10 @@ class OpenAIJudge:
         max_doc_chars: int = 3000,
         revision: str = "",
     ):
-        self.base_url = base_url.rstrip("/")
+        self.base_url = check_base_url(base_url)
         self.model_id = model
         self.revision = revision or self.base_url
-        self.api_key = api_key
+        self.api_key = check_api_key(api_key)
         self.concurrency = max(1, concurrency)
         self.timeout_s = timeout_s
         self.retries = retries
@@ -61,6 +104,12 @@ class OpenAIJudge:
         self.stats = JudgeStats(backend=self.backend, model_id=model, revision=self.revision)
         self._lock = threading.Lock()
 
+    def _mask(self, text: str) -> str:
+        """``text`` with the API key and any other secret masked: a server may echo the header back."""
+        if self.api_key:
+            text = text.replace(self.api_key, MASK)
+        return redact(text)
+
     def _post(self, body: dict) -> dict:
         data = json.dumps(body).encode()
         headers = {"Content-Type": "application/json"}
@@ -68,25 +117,38 @@ class OpenAIJudge:
             headers["Authorization"] = f"Bearer {self.api_key}"
         url = f"{self.base_url}/chat/completions"
         last = ""
+        asked_wait = 0.0  # a 429 / 503's Retry-After, in seconds
         for attempt in range(self.retries + 1):
             if attempt:
                 with self._lock:
                     self.stats.retries += 1
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                time.sleep(max(self.backoff_s * 2 ** (attempt - 1), asked_wait))
+                asked_wait = 0.0
             try:
                 req = urllib.request.Request(url, data=data, headers=headers, method="POST")
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return json.loads(resp.read())
+                    raw = resp.read()
+                try:
+                    return json.loads(raw)
+                except ValueError:  # not JSON, or not UTF-8: a proxy's page, a reply cut short
+                    last = f"a reply that is not JSON: {raw[:80].decode(errors='replace')!r}"
             except urllib.error.HTTPError as exc:
                 last = f"HTTP {exc.code} {exc.reason}"
+                asked_wait = _retry_after(exc.headers)
                 if exc.code not in _RETRYABLE_HTTP:
-                    detail = exc.read()[:300].decode(errors="replace")
-                    raise JudgeError(f"judge server {url} answered {last}: {detail}") from None
-            except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError, OSError) as exc:
+                    try:
+                        detail = exc.read()[:300].decode(errors="replace")
+                    except (OSError, http.client.HTTPException):  # the error page itself cut short
+                        detail = ""
+                    raise JudgeError(self._mask(f"judge server {url} answered {last}: {detail}")) from None
+            # http.client.HTTPException: a reply cut short (IncompleteRead), a garbled status line
+            except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
                 last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
         raise JudgeError(
-            f"judge server {url} failed {self.retries + 1} times (last: {last}); is it running, "
-            f"and is the base URL right (it usually ends in /v1)?"
+            self._mask(
+                f"judge server {url} failed {self.retries + 1} times (last: {last}); is it running, "
+                f"and is the base URL right (it usually ends in /v1)?"
+            )
         )
 
     def _one(self, text: str) -> float:
@@ -100,24 +162,39 @@ class OpenAIJudge:
         }
         reply = self._post(body)
         try:
-            choice = reply["choices"][0]
-        except (KeyError, IndexError, TypeError):
-            raise JudgeError(f"judge server reply has no choices: {str(reply)[:200]}") from None
+            return self._read_answer(reply)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise JudgeError(
+                self._mask(
+                    f"judge server {self.base_url} sent a reply this client cannot read "
+                    f"({type(exc).__name__}: {exc}); is it OpenAI-compatible? The reply: {str(reply)[:200]}"
+                )
+            ) from None
+
+    def _read_answer(self, reply: dict) -> float:
+        if not isinstance(reply, dict) or not reply.get("choices"):
+            raise JudgeError(self._mask(f"judge server reply has no choices: {str(reply)[:200]}"))
+        choice = reply["choices"][0]
         content = ((choice.get("logprobs") or {}).get("content")) or []
         if content and content[0].get("top_logprobs"):
             mass = {"yes": 0.0, "no": 0.0}
             for item in content[0]["top_logprobs"]:
-                word = answer_word(item.get("token", ""))
+                word = answer_word(item.get("token") or "")
                 if word:
-                    mass[word] += math.exp(item["logprob"])
+                    logprob = float(item["logprob"])
+                    if not math.isfinite(logprob) and logprob != -math.inf:
+                        raise ValueError(f"log-probability {item['logprob']!r} of {item.get('token')!r}")
+                    mass[word] += math.exp(logprob)
             if mass["yes"] + mass["no"] > 0:
                 return yes_no_mass(mass["yes"], mass["no"])
         answer = (choice.get("message") or {}).get("content") or ""
         word = answer_word(answer.split()[0] if answer.split() else "")
         if word is None:
             raise JudgeError(
-                f"judge {self.model_id!r} answered {answer[:40]!r}, neither yes nor no, and gave no "
-                "yes/no among its top log-probabilities"
+                self._mask(
+                    f"judge {self.model_id!r} answered {answer[:40]!r}, neither yes nor no, and gave no "
+                    "yes/no among its top log-probabilities"
+                )
             )
         return 1.0 if word == "yes" else 0.0
 
@@ -134,3 +211,18 @@ class OpenAIJudge:
         self.stats.asked += len(texts)
         self.stats.llm_seconds += time.perf_counter() - start
         return out
+
+
+_MAX_RETRY_AFTER_S = 60.0
+
+
+def _retry_after(headers) -> float:
+    """Seconds a busy server asked us to wait (``Retry-After: 5``), capped at a minute so a
+    misconfigured server cannot stall a run for hours; 0 when it asked nothing readable (the HTTP
+    date form is rare from inference servers and falls back to the plain backoff)."""
+    value = (headers or {}).get("Retry-After") if headers is not None else None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return min(max(seconds, 0.0), _MAX_RETRY_AFTER_S) if math.isfinite(seconds) else 0.0

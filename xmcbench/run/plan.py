@@ -294,15 +294,21 @@ def judge_size(judge, given: float | None = None) -> tuple[float, str]:
     if judge.backend == "fake":
         return 0.0, "the fake judge: no model"
     folder = local_folder(judge.model)
-    counted = _safetensors_params(folder) if folder is not None and folder.is_dir() else None
+    unreadable = ""
+    try:
+        counted = _safetensors_params(folder) if folder is not None and folder.is_dir() else None
+    except Exception as exc:  # noqa: BLE001 - safetensors and json raise assorted types for a damaged file
+        # a plan is an estimate: damaged weights are the run's error to report, not the plan's
+        counted = None
+        unreadable = f"; its weights in {folder} could not be read ({type(exc).__name__}: {str(exc)[:80]})"
     if counted:
         return float(counted), f"counted in {folder}"
     found = _SIZE_IN_NAME.findall(judge.model.split("#")[0].rstrip("/").split("/")[-1])
     if found:
         sizes = [float(n) * (1e9 if unit.lower() == "b" else 1e6) for n, unit in found]
         billions = [x for x in sizes if x >= 1e9]
-        return max(billions or sizes), "read from its name"
-    return 0.0, "unknown: no local weights and no size in its name; give --judge-params (e.g. 13e9)"
+        return max(billions or sizes), "read from its name" + unreadable
+    return 0.0, "unknown: no local weights and no size in its name; give --judge-params (e.g. 13e9)" + unreadable
 
 
 def _judge_config(spec: str) -> dict:
@@ -389,7 +395,7 @@ class Plan:
             return []
         bound = f" with {self.lengths_bound} (an upper bound)" if self.lengths_bound else ""
         return [
-            f"will not fit{bound}: ~{self.per_device_gb:.1f} GB per device > {self.gpu_mem_gb:.0f} GB on "
+            f"will not fit{bound}: ~{self.per_device_gb:.1f} GB per device > {self.gpu_mem_gb:g} GB on "
             f"{self.gpu}; {self.advice}"
         ]
 
@@ -405,14 +411,15 @@ class Plan:
             f"plan: {self.recipe}",
             f"  method {self.method} on {self.dataset}: {self.n_train:,} train queries, {self.n_labels:,} labels",
             f"  encoder {self.encoder}: {self.encoder_params / 1e6:.1f}M parameters, hidden {self.hidden}",
-            f"  hardware {self.num_gpus} x {self.gpu} ({self.gpu_mem_gb:.0f} GB each), global batch {self.batch_size:,}",
+            f"  hardware {self.num_gpus} x {self.gpu} ({self.gpu_mem_gb:g} GB each), global batch {self.batch_size:,}",
             f"  label embeddings (all labels, fp32)   {self.label_embeddings_gb:8.2f} GB",
             f"  classifier (weights, fp32)            {self.classifier_gb:8.2f} GB",
             "  GPU memory per device:",
         ]
-        lines += [f"    {name:<36}{gb:8.2f} GB" for name, gb in self.memory_gb.items()]
+        width = max([36] + [len(name) + 2 for name in self.memory_gb])  # long component names stay in line
+        lines += [f"    {name:<{width}}{gb:8.2f} GB" for name, gb in self.memory_gb.items()]
         lines += [
-            f"    {'total':<36}{self.per_device_gb:8.2f} GB of {self.gpu_mem_gb:.0f} GB"
+            f"    {'total':<{width}}{self.per_device_gb:8.2f} GB of {self.gpu_mem_gb:g} GB"
             f" -> {'fits' if self.fits else 'DOES NOT FIT'}",
             f"  step time ~{self.step_s:.2f} s x {self.steps:,} steps = {_hours(self.step_s * self.steps)} h wall"
             + (f", + {_hours(self.other_s)} h outside the steps" if self.other_s else "")
@@ -495,6 +502,8 @@ def plan_recipe(
         raise XmcbenchError(f"--num-gpus must be between 1 and 4096, not {num_gpus}")
     if gpu_mem_gb is not None and not 0 < gpu_mem_gb < 1e5:
         raise XmcbenchError(f"--gpu-mem is GB per device, more than 0, not {gpu_mem_gb:g}")
+    if gpu is not None and not gpu.strip():
+        raise XmcbenchError(f"--gpu is empty; use one of {', '.join(DEVICES)}, or leave it out for the recipe's")
     gpu = gpu or recipe.hardware.gpu or DEFAULT_GPU
     known = canonical_device(gpu)
     if known is None and gpu_mem_gb is None:
