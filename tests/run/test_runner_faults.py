@@ -235,3 +235,172 @@ def test_the_smoke_suite_finds_its_recipes():
 
     names = {p.stem for p in smoke_recipes()}
     assert {"tfidf", "zero_shot", "dexml", "unidec", "prime"} <= names
+
+
+def test_a_disk_that_fills_up_stops_the_run_with_one_line_and_the_index_still_learns(tmp_path, monkeypatch):
+    import errno
+
+    from xmcbench.run import live_record
+
+    db, runs = tmp_path / "r.duckdb", tmp_path / "runs"
+
+    def full(self, texts, k, ctx):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    real_write = live_record.write_record
+
+    def write_unless_over(run_dir, record):  # the disk stays full: the last record cannot be written either
+        if record["status"] != "running":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(run_dir, record)
+
+    monkeypatch.setattr(TfidfMethod, "predict", full)
+    monkeypatch.setattr(live_record, "write_record", write_unless_over)
+    with pytest.raises(XmcbenchError, match=r"No space left on device .*xmcbench run --resume \S+") as caught:
+        run_recipe(make(tmp_path), db=db, runs_dir=runs, progress=False)
+    run_id = only_run_dir(runs).name
+    assert run_id in str(caught.value)
+    with Store.open(db, read_only=True) as store:
+        assert [r["status"] for r in store.runs()] == ["failed"]
+
+
+class SafetensorError(Exception):  # stands in for safetensors' own, which has no errno
+    pass
+
+
+TORCH_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"  # torch.save, disk full
+
+
+@pytest.mark.parametrize(
+    ("error", "free", "said"),
+    [
+        (SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"), 10**12, True),
+        (RuntimeError("write failed: Disk quota exceeded"), 10**12, True),
+        (RuntimeError(TORCH_FULL), 1 << 20, True),  # torch names no cause: the free space tells
+        (RuntimeError(TORCH_FULL), 10**12, False),  # room left: some other fault, shown as it is
+    ],
+)
+def test_a_full_disk_reported_by_a_model_writer_is_the_same_one_line(tmp_path, monkeypatch, error, free, said):
+    from collections import namedtuple
+
+    from xmcbench.run import runner
+
+    def save_fails(self, texts, k, ctx):
+        raise error
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(TfidfMethod, "predict", save_fails)
+    monkeypatch.setattr(runner.shutil, "disk_usage", lambda path: usage(free + 1, 1, free))
+    expected = XmcbenchError if said else type(error)
+    with pytest.raises(expected) as caught:
+        run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
+    if said:
+        assert "free disk space" in str(caught.value) and "xmcbench run --resume" in str(caught.value)
+
+
+def test_an_interrupt_carries_the_run_id_for_the_resume_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(TfidfMethod, "predict", lambda self, texts, k, ctx: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
+    assert caught.value.run_id == only_run_dir(tmp_path / "runs").name
+
+
+def test_a_busy_database_is_said_once_per_run_not_at_every_save(tmp_path, monkeypatch, caplog):
+    from xmcbench.store import lock
+
+    real_ensure = Store.ensure_schema
+
+    def busy_then_ensure(self):  # every open of the run's index finds the database busy
+        self.notify(lock.busy_message(self.path))
+        return real_ensure(self)
+
+    monkeypatch.setattr(Store, "ensure_schema", busy_then_ensure)
+    with caplog.at_level("INFO", logger="xmcbench.run"):
+        run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
+    assert sum("is busy" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_an_unwritable_database_names_the_ingest_once(tmp_path, monkeypatch):
+    def cannot_write(self, record, run_dir):
+        raise self._write_failed("No space left on device", run_dir)
+
+    monkeypatch.setattr(Store, "ingest_record", cannot_write)
+    result = run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
+    assert result.record["status"] == "finished"
+    assert "No space left on device" in result.index_error
+    assert result.index_error.count("xmcbench ingest") == 1
+
+
+@pytest.mark.parametrize(
+    "damage, field",
+    [
+        (lambda r: r.pop("phases_done"), "phases_done"),
+        (lambda r: r.update(phases_done=["train", "dance"]), "phases_done"),
+        (lambda r: r.update(compute=5), "compute"),
+        (lambda r: r.pop("task"), "task"),
+        (lambda r: r.update(status="paused"), "status"),
+    ],
+)
+def test_resume_of_a_damaged_record_names_the_field(tmp_path, monkeypatch, damage, field):
+    runs = tmp_path / "runs"
+    monkeypatch.setattr(TfidfMethod, "predict", lambda self, texts, k, ctx: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
+    run_dir = only_run_dir(runs)
+    record = json.loads((run_dir / "record.json").read_text())
+    damage(record)
+    (run_dir / "record.json").write_text(json.dumps(record))
+    with pytest.raises(XmcbenchError, match=rf"cannot be resumed \(field {field} "):
+        run_recipe(None, db=tmp_path / "r.duckdb", runs_dir=runs, resume=run_dir.name, progress=False)
+
+
+def test_the_cli_names_the_interrupted_run_to_resume(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from xmcbench.cli import app
+
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.format(tag="cli", description="", devices="cpu"))
+    monkeypatch.setattr(TfidfMethod, "predict", lambda self, texts, k, ctx: (_ for _ in ()).throw(KeyboardInterrupt))
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(
+        app, ["run", str(path), "--db", str(tmp_path / "r.duckdb"), "--runs-dir", str(runs), "-q"]
+    )
+    assert result.exit_code == 130
+    assert f"xmcbench run --resume {only_run_dir(runs).name}`" in result.stderr
+
+
+def test_a_synthetic_dataset_made_with_other_parameters_is_refused_before_the_run_folder(tmp_path):
+    runs = tmp_path / "runs"
+    run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
+    other = tmp_path / "other.yaml"
+    other.write_text(RECIPE.format(tag="o", description="", devices="cpu").replace("labels: 60", "labels: 70"))
+    with pytest.raises(
+        XmcbenchError, match="already exists with other parameters .*n_labels 60 here, 70 in the recipe"
+    ):
+        run_recipe(load_recipe(other), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
+    assert len(list(runs.iterdir())) == 1  # no failed run left behind
+
+
+def test_a_synthetic_dataset_may_not_take_a_built_in_name(tmp_path):
+    from xmcbench.run import check_recipe
+
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.format(tag="b", description="", devices="cpu").replace("synth-faults", "EURLex-4K"))
+    _, problems = check_recipe(path)
+    assert [p.key for p in problems] == ["dataset.name"] and "built-in dataset" in problems[0].message
+
+
+def test_a_full_disk_at_the_start_leaves_no_empty_run_folder(tmp_path, monkeypatch):
+    import errno
+
+    from xmcbench.run import runner
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runner, "atomic_write", full)
+    runs = tmp_path / "runs"
+    with pytest.raises(XmcbenchError, match="cannot start the run: No space left on device"):
+        run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
+    assert list(runs.iterdir()) == []

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import json
+import logging
 import math
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from xmcbench import paths
 from xmcbench.errors import XmcbenchError
 
 # Lines that carry a path, a run id or a command are printed with soft_wrap=True: the terminal folds
@@ -22,24 +27,63 @@ console = Console()
 err_console = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable)
+log = logging.getLogger("xmcbench.cli")
 
 
 def handle_errors(fn: F) -> F:
-    """Turn an XmcbenchError into one red line on stderr and exit status 1 (no traceback)."""
+    """Turn an XmcbenchError into one red line on stderr and exit status 1 (no traceback).
+
+    A full or read-only disk, a permission denied and running out of memory are the machine's
+    state, not bugs: they get one line too, saying what to do (the traceback is logged at debug
+    level, for ``-v``)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except XmcbenchError as exc:
-            # Messages quote paths and names the user chose: "[" in them must print, not style.
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
+            _error_line(str(exc))
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
+        except MemoryError:
+            log.debug("out of memory", exc_info=True)
+            _error_line(
+                "out of memory: the data (or the sizes asked for) do not fit in this machine's memory; "
+                "use smaller sizes or a machine with more memory"
+            )
+        except BrokenPipeError:
+            raise  # the reader of stdout went away (`| head`): nothing is wrong with the work
+        except OSError as exc:
+            log.debug("%s", exc, exc_info=True)
+            _error_line(os_error_line(exc))
 
     return wrapper  # type: ignore[return-value]
+
+
+def _error_line(message: str) -> None:
+    # Messages quote paths and names the user chose: "[" in them must print, not style.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1) from None
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def os_error_line(exc: OSError) -> str:
+    """'<what the system said>: <path>[; <what to do>]': a full or read-only disk, a permission
+    denied, a path that is not there are the machine's state, not bugs (``-v`` logs the traceback)."""
+    where = f": {exc.filename}" if exc.filename else ""
+    line = f"{exc.strerror or exc}{where}"
+    if exc.errno in _FULL:
+        return f"{line}; free some space or set XMCBENCH_HOME to a larger disk"
+    if exc.errno in _NOT_WRITABLE:
+        home = paths.home()
+        if not exc.filename or Path(os.path.abspath(exc.filename)).is_relative_to(os.path.abspath(home)):
+            return f"{line}; make $XMCBENCH_HOME ({home}) writable or set XMCBENCH_HOME elsewhere"
+        return f"{line}; check that path's permissions, or give another"
+    return line
 
 
 def _finite(value: Any) -> Any:

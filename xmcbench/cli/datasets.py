@@ -24,6 +24,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 
+
 NameArg = Annotated[str, typer.Argument(help="Dataset name, case-insensitive (see `xmcbench datasets list`).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 

@@ -16,10 +16,12 @@ to share the run folder and the phases done.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import secrets
+import shutil
 import signal
 import threading
 from contextlib import ExitStack
@@ -48,6 +50,8 @@ log = logging.getLogger("xmcbench.run")
 
 RECIPE_FILE = "recipe.yaml"
 LOCK_FILE = ".lock"
+# errors that mean the disk is full or not writable (the run can go on once that is fixed)
+_CANNOT_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG)
 INDEX_TIMEOUT_S = 10.0  # indexing while running is best effort: a busy database must not stall training
 
 
@@ -94,22 +98,38 @@ def run_recipe(
 
     runs_root = Path(runs_dir or (recipe.output.runs_dir if recipe else None) or paths.runs_dir()).expanduser()
     with ExitStack() as stack:
-        if resume is not None:
-            run_dir = find_run(runs_root, resume)
-            stack.enter_context(_run_lock(run_dir))
-            recipe, live = _resume(run_dir, command)
-        else:
-            assert recipe is not None, "run_recipe needs a recipe or a run to resume"
+        run_dir: Path | None = None
+        try:
+            if resume is not None:
+                run_dir = find_run(runs_root, resume)
+                stack.enter_context(_run_lock(run_dir))
+                recipe, live = _resume(run_dir, command)
+            else:
+                assert recipe is not None, "run_recipe needs a recipe or a run to resume"
+                db_path = _db_path(db, recipe)
+                _check_before_start(recipe, runs_root, db_path)
+                run_dir = _new_run_dir(runs_root, recipe, run_id)
+                stack.enter_context(_run_lock(run_dir))
+                live = _start(run_dir, recipe, recipe_path, command)
+            remove_stale_temps(run_dir, recursive=True)
             db_path = _db_path(db, recipe)
-            _check_before_start(recipe, runs_root, db_path)
-            run_dir = _new_run_dir(runs_root, recipe, run_id)
-            stack.enter_context(_run_lock(run_dir))
-            live = _start(run_dir, recipe, recipe_path, command)
-        remove_stale_temps(run_dir, recursive=True)
-        db_path = _db_path(db, recipe)
-        indexer = _Indexer(db_path, run_dir) if ingest else None
-        live.on_save = indexer.index_quietly if indexer else None
-        live.save()
+            indexer = _Indexer(db_path, run_dir) if ingest else None
+            live.on_save = indexer.index_quietly if indexer else None
+            live.save()
+        except OSError as exc:
+            if exc.errno not in _CANNOT_WRITE:
+                raise
+            where = exc.filename or run_dir or runs_root
+            if resume is not None:
+                raise XmcbenchError(
+                    f"cannot resume run {resume}: {exc.strerror} ({where}); free disk space (or fix permissions) "
+                    f"and resume it again"
+                ) from None
+            if run_dir is not None:  # no record was written: an empty folder is no run, so none is left
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise XmcbenchError(
+                f"cannot start the run: {exc.strerror} ({where}); free disk space (or fix permissions) and run it again"
+            ) from None
         _agree_on_run(run_dir, live.record["phases_done"])
         return _attempt(recipe, live, dist, progress, indexer)
 
@@ -118,26 +138,73 @@ def _attempt(recipe: Recipe, live: LiveRecord, dist, progress: bool, indexer: _I
     record = live.record
     previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _in_main_thread() else None
     live.start_heartbeat()
+    error: BaseException | None = None
     try:
         _execute(recipe, live, progress, dist)
         record["status"] = "finished"
         record["finished_at"] = utc_now()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         record["status"] = "interrupted"
         record["error"] = "interrupted (Ctrl-C or SIGTERM); resume with: xmcbench run --resume " + record["run_id"]
-        raise
+        exc.run_id = record["run_id"]  # for the caller's "resume with" line
+        error = exc
     except BaseException as exc:
         record["status"] = "failed"
         record["error"] = redact(f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        live.stop_heartbeat()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        error = exc
+    live.stop_heartbeat()
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+    try:
         live.save(index=False)
-        if indexer is not None:
-            indexer.index_finally(record)
-    return RunResult(live.run_dir, record, index_error=indexer.error if indexer else None)
+    except OSError as exc:  # the full disk may hold the run folder and not the database: index the end anyway
+        error = error or exc
+    if indexer is not None:
+        indexer.index_finally(record)
+    if error is None:
+        return RunResult(live.run_dir, record, index_error=indexer.error if indexer else None)
+    cannot_write = _cannot_write(error, live.run_dir)
+    if cannot_write is not None:
+        # a full disk or a folder that turned read-only is the machine's state, not a bug: one line
+        reason, where = cannot_write
+        raise XmcbenchError(
+            f"run {record['run_id']} stopped: {reason} ({where}); "
+            f"free disk space (or fix permissions) and continue it with `xmcbench run --resume {record['run_id']}`"
+        ) from error
+    raise error
+
+
+# What the writers that are not Python's own (safetensors, torch's zip writer) say for a full or
+# read-only disk: they raise their own errors, with no errno.
+_WRITE_FAILURES = {
+    "No space left on device": ("no space left on device", "os error 28"),
+    "Disk quota exceeded": ("disk quota exceeded", "os error 122"),
+    "Read-only file system": ("read-only file system", "os error 30"),
+}
+_FULL_BELOW = 64 << 20  # free bytes under which a failed torch.save is taken for a full disk
+
+
+def _cannot_write(error: BaseException, run_dir: Path) -> tuple[str, object] | None:
+    """(reason, where) when ``error`` (or one it came from) means the disk is full or not writable."""
+    seen: set[int] = set()
+    cur: BaseException | None = error
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _CANNOT_WRITE:
+            return cur.strerror, cur.filename or run_dir
+        text = str(cur).lower()
+        for reason, marks in _WRITE_FAILURES.items():
+            if any(mark in text for mark in marks):
+                return reason, run_dir
+        # torch.save on a full disk says only "[enforce fail at inline_container.cc] unexpected pos"
+        if isinstance(cur, RuntimeError) and ("inline_container" in text or "pytorchstreamwriter" in text):
+            try:
+                if shutil.disk_usage(run_dir).free < _FULL_BELOW:
+                    return "No space left on device", run_dir
+            except OSError:
+                pass
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,6 +218,7 @@ def _db_path(db: str | Path | None, recipe: Recipe) -> Path:
 def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
     """What can only be known at run time, checked before the run folder exists."""
     resolve_device(recipe.hardware.devices)
+    _check_synthetic_dataset(recipe)
     if db_path.is_dir():
         raise XmcbenchError(
             f"output.db {db_path} is a folder; give the path of a database file (e.g. {db_path}/xmcbench.duckdb)"
@@ -163,6 +231,32 @@ def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
         ) from None
     if not os.access(runs_root, os.W_OK | os.X_OK):
         raise XmcbenchError(f"the runs folder {runs_root} is not writable; set output.runs_dir or XMCBENCH_HOME")
+
+
+def _check_synthetic_dataset(recipe: Recipe) -> None:
+    """A synthetic dataset of this name made here with other parameters would stop the run at
+    prepare, leaving a failed run behind: refuse before the run folder exists, naming what differs."""
+    from xmcbench.data import get_spec, make_synthetic_spec
+    from xmcbench.data.catalog import local_spec_path
+
+    ds = recipe.dataset
+    if ds.synthetic is None or not local_spec_path(ds.name).exists():
+        return
+    params = ds.synthetic.model_dump()
+    sizes = {"n_labels": params.pop("labels"), "n_train": params.pop("train"), "n_test": params.pop("test")}
+    wanted = make_synthetic_spec(ds.name, **sizes, **params).synthetic
+    have = get_spec(ds.name).synthetic
+    if have is None or have == wanted:
+        return
+    differ = "; ".join(
+        f"{key} {have.get(key)!r} here, {wanted.get(key)!r} in the recipe"
+        for key in sorted(set(have) | set(wanted))
+        if have.get(key) != wanted.get(key)
+    )
+    raise XmcbenchError(
+        f"dataset {ds.name} already exists with other parameters ({differ}); give the recipe another "
+        f"dataset.name, or delete {paths.datasets_dir() / ds.name} to make it anew"
+    )
 
 
 def new_run_id(recipe: Recipe) -> str:
@@ -228,6 +322,7 @@ def _start(run_dir: Path, recipe: Recipe, recipe_path: str | None, command: str 
 def _resume(run_dir: Path, command: str | None) -> tuple[Recipe, LiveRecord]:
     """The recorded recipe and record of an unfinished run, ready for another attempt."""
     record = load_record(run_dir)
+    _check_resumable(record, run_dir)
     if record["status"] == "finished":
         raise XmcbenchError(f"run {record['run_id']} already finished; nothing to resume")
     recipe_file = run_dir / RECIPE_FILE
@@ -251,6 +346,25 @@ def _resume(run_dir: Path, command: str | None) -> tuple[Recipe, LiveRecord]:
     live = LiveRecord(run_dir, record)
     live.recover_lost_time()
     return recipe, live
+
+
+def _check_resumable(record: dict[str, Any], run_dir: Path) -> None:
+    """Refuse a record edited or damaged into something a resume would crash on, naming the field."""
+    from xmcbench.store.record import PHASES, record_rows
+
+    try:
+        record_rows(record, run_dir)
+        done = record.get("phases_done")
+        if not isinstance(done, list) or not all(phase in PHASES for phase in done):
+            raise XmcbenchError(f"field phases_done must be a list of {', '.join(PHASES)}, got {done!r}")
+        for section in ("provenance", "compute", "accounting"):
+            value = record.get(section) or {}
+            if not isinstance(value, dict):
+                raise XmcbenchError(f"field {section} must be an object, got {value!r}")
+            record[section] = value
+    except XmcbenchError as exc:
+        problem = str(exc).removeprefix(f"{run_dir / RECORD_FILE}: ")
+        raise XmcbenchError(f"{run_dir / RECORD_FILE} cannot be resumed ({problem}); start the run again") from None
 
 
 def find_run(runs_root: Path, run_id: str) -> Path:
@@ -288,12 +402,20 @@ class _Indexer:
         self.db_path, self.run_dir = db_path, run_dir
         self.error: str | None = None
         self._warned = False
+        self._said_busy = False
+
+    def _say_busy(self, message: str) -> None:
+        # Each save opens the database anew; runs finishing together would each say "busy" at
+        # every save, for waits of milliseconds. Once per run is news; more is noise.
+        if not self._said_busy:
+            self._said_busy = True
+            log.info("%s", message)
 
     def _index(self, record: dict[str, Any], timeout_s: float | None) -> None:
         from xmcbench.store import Store
 
         kwargs = {} if timeout_s is None else {"timeout_s": timeout_s}
-        with Store.open(self.db_path, **kwargs) as store:
+        with Store.open(self.db_path, notify=self._say_busy, **kwargs) as store:
             store.ingest_record(record, self.run_dir)
 
     def index_quietly(self, record: dict[str, Any]) -> None:
@@ -310,14 +432,19 @@ class _Indexer:
                 self._warned = True
 
     def index_finally(self, record: dict[str, Any]) -> None:
+        from xmcbench.store import DatabaseWriteError
+
         try:
             self._index(record, None)
         except Exception as exc:  # noqa: BLE001
             reason = redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
-            self.error = (
-                f"the run is complete in {self.run_dir}, but the database {self.db_path} could not index it "
-                f"({reason}); `xmcbench ingest {self.run_dir.parent}` will index it"
-            )
+            if isinstance(exc, DatabaseWriteError):  # it already names the run folder and the ingest to run
+                self.error = f"the run is recorded in {self.run_dir}, but {reason}"
+            else:
+                self.error = (
+                    f"the run is recorded in {self.run_dir}, but the database {self.db_path} could not index it "
+                    f"({reason}); `xmcbench ingest {self.run_dir.parent}` will index it"
+                )
             log.error(self.error)
 
 
