@@ -3,12 +3,18 @@
 It listens on 127.0.0.1 on a free port chosen by the OS, answers each request on its own daemon
 thread, honours ``Range: bytes=N-`` (206 + Content-Range) like a real file server, and stops when
 the ``with`` block (or fixture) ends. Every request is recorded so tests can check what the client
-asked for. Faults per file:
+asked for.
+
+Like a real file server it sends an ``ETag`` (from the content) and a ``Last-Modified`` (a new
+time each time a path is served again), and honours ``If-Range``: a Range request whose If-Range
+names neither answers 200 with the whole file. ``etag=False`` / ``last_modified=False`` leave a
+header out. Faults per file:
 
 * ``"404"`` / ``"500"``    - answer with that status;
 * ``"503"``                - answer 503 with ``Retry-After: 0`` for the first ``drops`` requests of
                              that file (later requests work), like an overloaded server;
 * ``"ignore-range"``       - always send the whole file with 200, whatever Range says;
+* ``"ignore-if-range"``    - honour Range but not If-Range (206 with the new content's tail);
 * ``"drop"``               - announce the full length but close the connection half-way, for the
                              first ``drops`` requests of that file (later requests work);
 * ``"html"``               - send ``html`` (by default a Google Drive "quota exceeded" page) with
@@ -22,9 +28,11 @@ Usage::
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from dataclasses import dataclass
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 QUOTA_PAGE = (
@@ -48,6 +56,8 @@ class _Served:
     fault: str | None
     drops_left: int
     html: bytes
+    etag: str | None
+    last_modified: str | None
 
 
 class FileServer:
@@ -57,6 +67,8 @@ class FileServer:
         self._files: dict[str, _Served] = {}
         self._lock = threading.Lock()
         self.requests: list[tuple[str, str | None, int]] = []  # (path, Range header, status sent)
+        self.if_ranges: list[tuple[str, str | None]] = []  # (path, If-Range header) of each request
+        self._versions = 0  # each serve() gets a later Last-Modified
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -75,12 +87,29 @@ class FileServer:
 
     # -- set-up ---------------------------------------------------------------------------------
     def serve(
-        self, path: str, data: bytes, *, fault: str | None = None, drops: int = 1, html: bytes = QUOTA_PAGE
+        self,
+        path: str,
+        data: bytes,
+        *,
+        fault: str | None = None,
+        drops: int = 1,
+        html: bytes = QUOTA_PAGE,
+        etag: bool = True,
+        last_modified: bool = True,
     ) -> str:
         """Publish ``data`` at ``/path`` and return its URL."""
-        assert fault in (None, "404", "500", "503", "ignore-range", "drop", "html"), fault
+        assert fault in (None, "404", "500", "503", "ignore-range", "ignore-if-range", "drop", "html"), fault
         with self._lock:
-            self._files[path.lstrip("/")] = _Served(data, fault, drops, html)
+            self._versions += 1
+            served = _Served(
+                data,
+                fault,
+                drops,
+                html,
+                etag=f'"{hashlib.sha256(data).hexdigest()[:16]}"' if etag else None,
+                last_modified=formatdate(1_700_000_000 + 60 * self._versions, usegmt=True) if last_modified else None,
+            )
+            self._files[path.lstrip("/")] = served
         return self.url(path)
 
     def url(self, path: str) -> str:
@@ -109,11 +138,17 @@ class FileServer:
         """(Range header, status) of each request for ``path``, in order."""
         return [(rng, status) for p, rng, status in self.requests if p == path.lstrip("/")]
 
+    def if_range_headers(self, path: str) -> list[str | None]:
+        """The If-Range header of each request for ``path``, in order."""
+        return [value for p, value in self.if_ranges if p == path.lstrip("/")]
+
     # -- serving --------------------------------------------------------------------------------
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
         path = req.path.split("?", 1)[0].lstrip("/")
         rng = req.headers.get("Range")
+        if_range = req.headers.get("If-Range")
         with self._lock:
+            self.if_ranges.append((path, if_range))
             served = self._files.get(path)
             drop = bool(served and served.fault in ("drop", "503") and served.drops_left > 0)
             if drop:
@@ -143,7 +178,10 @@ class FileServer:
         data = served.data
         start = 0
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
-        if match and served.fault != "ignore-range":
+        current = if_range is None or if_range in (served.etag, served.last_modified)
+        if served.fault == "ignore-if-range":
+            current = True
+        if match and served.fault != "ignore-range" and current:
             start = int(match.group(1))
             end = int(match.group(2)) if match.group(2) else len(data) - 1
             if start >= len(data):
@@ -158,6 +196,10 @@ class FileServer:
             body, headers, status = data, {}, 200
         headers["Content-Type"] = "application/octet-stream"
         headers["Accept-Ranges"] = "bytes"
+        if served.etag:
+            headers["ETag"] = served.etag
+        if served.last_modified:
+            headers["Last-Modified"] = served.last_modified
         record(status)
         if drop and served.fault == "drop":  # announce everything, deliver half, hang up
             self._send(req, status, body, headers, deliver=max(1, len(body) // 2))

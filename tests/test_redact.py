@@ -1,3 +1,5 @@
+import pytest
+
 from xmcbench.redact import redact, redact_data
 
 
@@ -32,3 +34,21 @@ def test_publishable_cuts_local_paths_and_leaves_urls_and_fractions():
     assert out["card"] == "- **Initial encoder:** `<local>/bert`; propensity A/B 0.55/1.50"
     assert out["urls"] == data["urls"]
     assert out["token"] == "hf_*** in <local>/x"
+
+
+@pytest.mark.parametrize(
+    ("text", "published"),
+    [
+        ("source: file:///home/alice/data/eurlex.zip", "source: <local>/eurlex.zip"),
+        ("/Users/Alice Smith/models/bert", "<local>/bert"),  # a value that is one path, spaces and all
+        ("name: '/Users/Alice Smith/models/bert'\nlr: 0.1\n", "name: '<local>/bert'\nlr: 0.1\n"),
+        ("  - /home/a b/c.yaml  # note\n", "  - <local>/c.yaml  # note\n"),
+        ("encoder: {name: /home/x/enc, max_length: 16}\n", "encoder: {name: <local>/enc, max_length: 16}\n"),
+        ("a: /x/y\nb: /z/w\n", "a: <local>/y\nb: <local>/w\n"),
+        ("k: a/b\nurl: https://h.co/a/b\nP@1: 30/40\n", "k: a/b\nurl: https://h.co/a/b\nP@1: 30/40\n"),
+    ],
+)
+def test_publishable_cuts_file_urls_and_paths_with_spaces(text, published):
+    from xmcbench.redact import publishable
+
+    assert publishable(text) == published

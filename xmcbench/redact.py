@@ -21,8 +21,12 @@ _HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{8,}")
 _URL = re.compile(r"https?://[^\s'\"]+")
 # an absolute local path (/… or ~/…) standing on its own: not inside a URL (after ":" or "/"), nor
 # the middle of a word or fraction ("A/B", "1/2"); it ends at white space, quotes or brackets
-_LOCAL_PATH = re.compile(r"(?<![\w:/.~-])~?/[^\s'\"`<>()\[\]{},;|/][^\s'\"`<>()\[\]{},;|]*")
+_LOCAL_PATH = re.compile(r"(?<![\w:/.~-])(?<!<local>)~?/[^\s'\"`<>()\[\]{},;|/][^\s'\"`<>()\[\]{},;|]*")
 LOCAL = "<local>"
+_WHOLE_PATH = re.compile(r"~?/[^\n/][^\n]*\Z")
+_FILE_URL = re.compile(r"file://[^\s'\"`<>]+")
+# a YAML value that is a path to the end of its line, quoted or not: "key: /a b/c", "- '/a b/c'"
+_YAML_PATH_VALUE = re.compile(r"""(?m)((?:^|:|-)[ \t]+(['"]?))(?P<path>~?/[^\n'"#/][^\n'"#]*?)(\2[ \t]*(?:#.*)?)$""")
 _MIN_SECRET_LEN = 8  # shorter environment values ("1", "true") would mask ordinary words
 
 
@@ -68,9 +72,17 @@ def redact_data(obj: Any) -> Any:
     return obj
 
 
-def _local_path(match: re.Match) -> str:
-    name = match.group(0).rstrip("/").rsplit("/", 1)[-1]
+def _local_path(match: re.Match, group: int | str = 0) -> str:
+    name = match.group(group).rstrip("/").rsplit("/", 1)[-1]
     return f"{LOCAL}/{name}"
+
+
+def _cut_paths(text: str) -> str:
+    if _WHOLE_PATH.match(text):  # a value that is one path, spaces and all ("/Users/Alice Smith/bert")
+        return f"{LOCAL}/{text.rstrip('/').rsplit('/', 1)[-1]}"
+    text = _FILE_URL.sub(_local_path, text)
+    text = _YAML_PATH_VALUE.sub(lambda m: m.group(1) + _local_path(m, "path") + m.group(4), text)
+    return _LOCAL_PATH.sub(_local_path, text)
 
 
 def publishable(obj: Any) -> Any:
@@ -80,7 +92,7 @@ def publishable(obj: Any) -> Any:
     its last part (the encoder folder, the recipe file) is kept because it still says what was used.
     """
     if isinstance(obj, str):
-        return _LOCAL_PATH.sub(_local_path, redact(obj))
+        return _cut_paths(redact(obj))
     if isinstance(obj, dict):
         return {publishable(k): publishable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -75,4 +75,5 @@ def test_a_forbidden_path_in_the_home_names_the_home(tmp_path, monkeypatch):
 
 def test_a_closed_pipe_is_not_reported_as_the_disk(tmp_path):
     result = CliRunner().invoke(_app_raising(BrokenPipeError(errno.EPIPE, "Broken pipe")), [])
-    assert result.output == ""  # click's own quiet exit for a reader that went away (`| head`)
+    # click's own quiet exit for a reader that went away (`| head`), not our "error:" line
+    assert result.output == "" and result.exit_code == 1

@@ -262,3 +262,71 @@ def test_out_of_memory_is_one_error_line(home, monkeypatch):
     result = invoke("synth", "Huge", "--labels", "10000000000", "--train", "1", "--test", "1")
     assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None)))
     assert result.output.startswith("error: out of memory") and len(result.output.strip().splitlines()) == 1
+
+
+def test_another_source_for_verified_files_says_it_is_unused_and_force_fetches_it(served, server):
+    url, files, _ = served
+    assert invoke("download", "Served-1K", "--source", url, "--no-prepare", "--quiet").exit_code == 0
+    mirror = server.serve("other-mirror/Served-1K.tar.gz", server._files["mirror/Served-1K.tar.gz"].data)
+    result = invoke("download", "Served-1K", "--source", mirror, "--no-prepare", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert f"already downloaded and verified in {paths.dataset_raw_dir('Served-1K')} (from {url})" in result.output
+    assert "--source was not used: add --force to download them again from it" in result.output  # even with --quiet
+    assert server.statuses("other-mirror/Served-1K.tar.gz") == []
+
+    result = invoke("download", "Served-1K", "--source", mirror, "--no-prepare", "--force", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert server.statuses("other-mirror/Served-1K.tar.gz") == [(None, 200)]
+    raw = paths.dataset_raw_dir("Served-1K")
+    assert {n: (raw / n).read_bytes() for n in LF_FILES} == files
+    assert invoke("verify", "Served-1K").exit_code == 0
+
+
+def test_force_from_a_mirror_with_other_files_keeps_the_verified_ones(served, server):
+    url, files, _ = served
+    assert invoke("download", "Served-1K", "--source", url, "--no-prepare", "--quiet").exit_code == 0
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name in LF_FILES:
+            data = gzip.compress(b'{"uid": "x", "title": "other", "target_ind": [0]}\n')
+            info = tarfile.TarInfo(f"Served-1K/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    mirror = server.serve("bad-mirror/Served-1K.tar.gz", buf.getvalue())
+    result = invoke("download", "Served-1K", "--source", mirror, "--force", "--quiet")
+    assert result.exit_code == 1 and "differs from the copy recorded" in result.output
+    raw = paths.dataset_raw_dir("Served-1K")
+    assert {n: (raw / n).read_bytes() for n in LF_FILES} == files  # nothing replaced
+    assert invoke("verify", "Served-1K").exit_code == 0
+
+
+def test_the_same_source_again_says_nothing_when_quiet(served):
+    url = served[0]
+    assert invoke("download", "Served-1K", "--source", url, "--no-prepare", "--quiet").exit_code == 0
+    again = invoke("download", "Served-1K", "--source", url, "--no-prepare", "--quiet")
+    assert again.exit_code == 0 and "not used" not in again.output and "verified" not in again.output
+
+
+def test_ctrl_c_during_download_says_the_same_command_resumes(served, monkeypatch):
+    from xmcbench.data.fetch import http as http_mod
+
+    def interrupted(out, block):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(http_mod, "_write_chunk", interrupted)
+    result = invoke("download", "Served-1K", "--source", served[0], "--quiet")
+    assert result.exit_code == 130
+    assert result.output.strip() == "interrupted: run the same command again to resume the download"
+
+
+def test_ctrl_c_while_preparing_says_the_download_is_done(served, monkeypatch):
+    import xmcbench.data
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(xmcbench.data, "load_dataset", interrupted)
+    result = invoke("download", "Served-1K", "--source", served[0], "--quiet")
+    assert result.exit_code == 130
+    assert "interrupted while preparing: the raw files are downloaded" in result.output
+    assert "`xmcbench datasets prepare Served-1K`" in result.output

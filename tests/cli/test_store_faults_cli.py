@@ -170,7 +170,9 @@ def test_a_killed_run_shows_as_interrupted(tmp_path):
     _write_run(root, "run-dead", status="running", pid=proc.pid)
     _write_run(root, "run-live", status="running", pid=os.getpid())
     result = runner.invoke(app, ["ingest", str(root)])
-    assert result.exit_code == 0 and "indexed as interrupted" in result.output
+    assert result.exit_code == 0 and "1 run(s) recorded as running whose process is gone" in result.output
+    again = runner.invoke(app, ["ingest", str(root)])  # nothing changed: nothing to tell again
+    assert again.exit_code == 0 and "process is gone" not in again.output and "0 ingested, 2 skipped" in again.output
     listed = runner.invoke(app, ["runs", "list", "--status", "interrupted"], env=WIDE)
     assert "run-dead" in listed.output and "run-live" not in listed.output
     listed = runner.invoke(app, ["runs", "list", "--status", "running"], env=WIDE)
@@ -238,3 +240,37 @@ def test_a_broken_leaderboard_file_does_not_hide_the_runs(runs_dir, tmp_path, mo
         and "published results not shown" in result.stderr
         and "not valid YAML" in result.stderr
     )
+
+
+def _limit_file_size():
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an error from write(), as a full disk gives, not a kill
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs RLIMIT_FSIZE")
+def test_ingest_into_a_db_the_disk_cannot_hold_names_the_folder_given(runs_dir, tmp_path):
+    db = tmp_path / "elsewhere" / "results.duckdb"
+    db.parent.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "xmcbench", "ingest", str(runs_dir), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=_limit_file_size,
+        env={**os.environ, **WIDE},
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot write to the results database {db} (")
+    assert f"the run directories in {runs_dir} still have their records, and `xmcbench ingest {runs_dir}`" in lines[0]
+    assert str(paths.runs_dir()) not in proc.stderr
+    # what the disk cut short reads as no database yet, and the next ingest starts it afresh
+    result = runner.invoke(app, ["runs", "list", "--db", str(db)], env=WIDE)
+    _one_line_error(result, f"no results database at {db} yet: its creation was cut short")
+    result = runner.invoke(app, ["ingest", str(runs_dir), "--db", str(db)], env=WIDE)
+    assert result.exit_code == 0 and "2 ingested" in result.stdout and "damaged" not in result.output
+    assert sorted(p.name for p in db.parent.iterdir()) == ["results.duckdb", "results.duckdb.lock"]

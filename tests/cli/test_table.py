@@ -212,3 +212,17 @@ def test_filters_that_leave_nothing_say_so_and_what_there_is(db, args, flag):
     assert result.exit_code == 1
     assert f"matches {flag};" in result.output
     assert "splits test" in result.output and "dexml" in result.output and "index run directories" not in result.output
+
+
+@pytest.mark.parametrize("format", ["rich", "markdown", "html", "json", "csv"])
+def test_a_filter_no_run_matches_says_so_beside_the_published_rows(db, format):
+    result = runner.invoke(
+        app, ["table", "-d", DATASET, "--split", "train", "--format", format], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "run-dexml" not in result.stdout and "DEXML" in result.stdout  # the published rows, alone
+    said = "no run matches --split train: published rows only; the runs of LF-AmazonTitles-131K have settings full; splits test"
+    if format in ("json", "csv"):  # stdout stays data; the note goes to stderr
+        assert said in " ".join(result.stderr.split()) and "no run matches" not in result.stdout
+    else:
+        assert said in " ".join(result.stdout.split())

@@ -214,6 +214,54 @@ def test_out_built_before_is_rebuilt_and_an_unwritable_one_is_one_line(hub, run_
     assert "upload folder" in _one_line(exc) and blocker.read_text().startswith("a file")
 
 
+def test_a_build_stopped_half_way_leaves_nothing_and_the_same_push_then_works(hub, run_copy, monkeypatch):
+    """The folder is built beside its place and moved in whole: a full disk or Ctrl-C half-way leaves no
+    half folder that the next push would refuse as not xmcbench's."""
+    import errno
+
+    from xmcbench.hub import folder as hub_folder
+
+    run_dir = run_copy("dexml")
+    real = hub_folder._write_st_config
+
+    def full(out):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(hub_folder, "_write_st_config", full)
+    with pytest.raises(XmcbenchError, match="No space left on device"):
+        xh.push_run(run_dir, "tester/x", dry_run=True)
+    monkeypatch.setattr(hub_folder, "_write_st_config", real)
+    built = xh.push_run(run_dir, "tester/x", dry_run=True)
+    assert "xmcbench/model.json" in built.folder.files
+    assert not [p for p in built.folder.path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_git_clone_of_the_repo_is_never_rebuilt(hub, run_copy, tmp_path):
+    run_dir = run_copy("dexml")
+    clone = tmp_path / "clone"
+    xh.push_run(run_dir, "tester/x", dry_run=True, out=clone)
+    (clone / ".git").mkdir()  # the user cloned the model repo here: its history is not ours to drop
+    (clone / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    with pytest.raises(XmcbenchError, match="not a folder xmcbench built"):
+        xh.push_run(run_dir, "tester/x", dry_run=True, out=clone)
+    assert (clone / ".git" / "HEAD").is_file()
+
+
+def test_push_results_never_empties_a_project_that_looks_alike(hub, tmp_path, trained):
+    finished_db = trained["db"]
+    project = tmp_path / "project"
+    (project / "runs").mkdir(parents=True)
+    (project / "README.md").write_text("# my project\n")
+    (project / "runs" / "exp1.log").write_text("keep")
+    with pytest.raises(XmcbenchError, match="not a folder xmcbench built"):
+        xh.push_results("tester/res", db=finished_db, dry_run=True, out=project)
+    assert (project / "runs" / "exp1.log").read_text() == "keep"
+    built = tmp_path / "built"
+    first = xh.push_results("tester/res", db=finished_db, dry_run=True, out=built)
+    again = xh.push_results("tester/res", db=finished_db, dry_run=True, out=built)  # its own: rebuilt
+    assert again.folder.files == first.folder.files
+
+
 def test_pushed_files_hold_no_local_paths(hub, run_copy, tiny_encoder_dir, tmp_path):
     """The card, record and recipe are public: the run's folders (encoder, recipe, command line) on this
     machine are cut to their last part."""
@@ -250,7 +298,8 @@ def _stall(hub, what: str, release):
 def test_a_stalled_or_dropped_hub_ends_in_one_line_not_a_hang(hub, run_copy, monkeypatch, what):
     import threading
 
-    monkeypatch.setenv("XMCBENCH_HUB_TIMEOUT", "1")
+    # silence: a short wait ends it; dropped: a long one, so a slow machine cannot turn it into a timeout
+    monkeypatch.setenv("XMCBENCH_HUB_TIMEOUT", "1" if what == "silence" else "30")
     release = threading.Event()
     _stall(hub, what, release)
     run_dir = run_copy("dexml")

@@ -186,10 +186,16 @@ def _truncate(path: Path) -> None:
     path.write_bytes(data[: len(data) // 3])
 
 
+def _bad_checksum(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[12288 + 100 : 12288 + 110] = b"X" * 10  # inside the first data block (after the 3 headers)
+    path.write_bytes(bytes(data))
+
+
 @pytest.mark.parametrize(
     "damage",
-    [lambda p: p.write_bytes(b"not a database" * 100), lambda p: p.write_bytes(b""), _truncate],
-    ids=["garbage", "empty", "truncated"],
+    [lambda p: p.write_bytes(b"not a database" * 100), lambda p: p.write_bytes(b""), _truncate, _bad_checksum],
+    ids=["garbage", "empty", "truncated", "checksum"],
 )
 def test_a_damaged_cache_is_moved_aside_and_judging_goes_on(tmp_path, damage, caplog):
     path = tmp_path / "judgements.duckdb"

@@ -163,3 +163,23 @@ def test_unknown_dataset_is_a_clear_error(store):
 def test_published_only_dataset(store):
     table = build_table(store, "LF-WikiSeeAlso-320K")
     assert [r["source"] for r in table.rows] == ["dexml:Table 2"] and table.metrics == ["P@1"]
+
+
+def test_a_filter_no_run_matches_is_noted_beside_the_published_rows(store):
+    table = build_table(store, DATASET, split="train")
+    assert {row["kind"] for row in table.rows} == {"published"}
+    note = next(n for n in table.notes if n.startswith("no run matches"))
+    assert note.startswith("no run matches --split train: published rows only; the runs of LF-AmazonTitles-131K have")
+    assert "splits test" in note
+    table = build_table(store, DATASET, method="NGAME")  # published, never run here
+    assert "no run matches --method NGAME: published rows only; the runs of" in " ".join(table.notes)
+
+
+def test_a_run_filter_on_a_dataset_without_runs_is_noted(store):
+    table = build_table(store, "LF-WikiSeeAlso-320K", split="test")
+    assert "no run matches --split test: no finished run of LF-WikiSeeAlso-320K is indexed; published rows only" in (
+        table.notes
+    )
+    assert not any(n.startswith("no run matches") for n in build_table(store, "LF-WikiSeeAlso-320K").notes)
+    assert not any(n.startswith("no run matches") for n in build_table(store, DATASET, split="test").notes)
+    assert not any(n.startswith("no run matches") for n in build_table(store, DATASET, paper="dexml").notes)

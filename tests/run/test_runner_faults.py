@@ -391,6 +391,17 @@ def test_a_synthetic_dataset_may_not_take_a_built_in_name(tmp_path):
     assert [p.key for p in problems] == ["dataset.name"] and "built-in dataset" in problems[0].message
 
 
+@pytest.mark.parametrize(("train", "refused"), [(2, True), (3, False)])
+def test_a_synthetic_dataset_too_small_to_weigh_is_refused_before_training(tmp_path, train, refused):
+    """PSP's inverse propensities need 3 training rows; a run must not train and then fail at evaluation."""
+    from xmcbench.run import check_recipe
+
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.format(tag="b", description="", devices="cpu"))
+    _, problems = check_recipe(path, overrides=[f"dataset.synthetic.train={train}"])
+    assert [p.key for p in problems] == (["dataset.synthetic.train"] if refused else [])
+
+
 def test_a_full_disk_at_the_start_leaves_no_empty_run_folder(tmp_path, monkeypatch):
     import errno
 
@@ -404,3 +415,29 @@ def test_a_full_disk_at_the_start_leaves_no_empty_run_folder(tmp_path, monkeypat
     with pytest.raises(XmcbenchError, match="cannot start the run: No space left on device"):
         run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
     assert list(runs.iterdir()) == []
+
+
+def test_phase_lines_of_a_resumed_run_tell_this_attempts_time(tmp_path, monkeypatch, caplog):
+    import re
+
+    from xmcbench.store.record import write_record
+
+    runs = tmp_path / "runs"
+    with monkeypatch.context() as m:
+        m.setattr(TfidfMethod, "predict", lambda self, texts, k, ctx: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
+    run_dir = only_run_dir(runs)
+    record = load_record(run_dir)
+    record["compute"]["wall_time_s"].update(prepare=500.0, train=1000.0)  # earlier attempts' time, larger than any here
+    write_record(run_dir, record)
+    with caplog.at_level("INFO", logger="xmcbench.run"):
+        result = run_recipe(None, db=tmp_path / "r.duckdb", runs_dir=runs, resume=run_dir.name, progress=False)
+    lines = {m[1]: m for r in caplog.records if (m := re.match(r"phase (\w+): done in (.*?)(;|:|$)", r.getMessage()))}
+    for phase, earlier in (("prepare", 500.0), ("train", 1000.0)):
+        said = re.fullmatch(r"([\d.]+)s \(([\d.]+)s with earlier attempts\)", lines[phase][2])
+        assert said, lines[phase][0]
+        this, total = float(said[1]), float(said[2])
+        assert this < 100 and total == pytest.approx(earlier + this, abs=0.11)
+        assert result.record["compute"]["wall_time_s"][phase] == pytest.approx(total, abs=0.06)
+    assert re.fullmatch(r"[\d.]+s", lines["evaluate"][2])  # no earlier attempt reached it: one figure

@@ -181,12 +181,14 @@ def test_a_damaged_database_is_one_clear_error_for_readers_and_writers(filled_db
     monkeypatch.setenv("XMCBENCH_HOME", str(filled_db.parent))  # the home database (a --db elsewhere: see below)
     _damage(filled_db, how)
     message = rf"the results database {filled_db} is damaged or not a DuckDB file \(.*\); `xmcbench ingest DIR` \(DIR: your run directories, .*\) moves it aside and rebuilds it"
-    with pytest.raises(DamagedDatabaseError, match=message) as info:
+    if how in ("empty", "header"):  # shorter than DuckDB's headers: it holds no table, whatever it held before
+        message = rf"no results database at {filled_db} yet: its creation was cut short .* start it afresh"
+    with pytest.raises((NoDatabaseError, DamagedDatabaseError), match=message) as info:
         with Store.open(filled_db, read_only=True) as store:
             store.runs()
     assert "\n" not in str(info.value) and str(filled_db) in str(info.value)
-    if how == "empty":
-        return  # a writer replaces an empty file (next test)
+    if how in ("empty", "header"):
+        return  # a writer replaces it (test_a_creation_cut_short_…)
     with pytest.raises(DamagedDatabaseError, match=message):  # a writer does not repair unless asked
         with Store.open(filled_db) as store:
             store.verify()
@@ -417,6 +419,8 @@ def test_ingest_indexes_a_dead_running_run_as_interrupted(tmp_path, record_facto
     with Store.open(db) as store:
         report = store.ingest_dir(runs)
         assert sorted(report.ingested) == ["dead", "done"] and report.interrupted == ["dead"]
+        again = store.ingest_dir(runs)  # already indexed as interrupted: not told again
+        assert again.ingested == [] and again.interrupted == [] and len(again.skipped) == 2
     con = duckdb.connect(str(db), read_only=True)
     try:  # stored that way too, for whoever reads the database with SQL
         assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {
@@ -437,8 +441,10 @@ def test_reingest_updates_a_run_that_died_after_it_was_indexed(tmp_path, record_
             assert store.ingest_dir(runs).ingested == []  # unchanged
             sleeper.kill()
             sleeper.wait()
-            assert store.ingest_dir(runs).ingested == ["r"]  # same record, but its process is gone now
+            report = store.ingest_dir(runs)
+            assert report.ingested == ["r"] and report.interrupted == ["r"]  # same record, but its process is gone now
             assert store.runs()[0]["status"] == "interrupted"
+            assert store.ingest_dir(runs).interrupted == []  # said once, when its state changed
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -496,12 +502,117 @@ def test_repair_leaves_a_foreign_file_given_by_mistake_alone(tmp_path, filled_db
 def test_an_empty_file_left_by_a_creation_cut_short_is_replaced_by_a_writer(tmp_path, record_factory):
     db = tmp_path / "results.duckdb"
     db.touch()
-    with pytest.raises(DamagedDatabaseError, match="is damaged or not a DuckDB file"):  # readers never write
+    with pytest.raises(NoDatabaseError, match=f"no results database at {db} yet: its creation was cut short"):
         with Store.open(db, read_only=True):
             pass
     with Store.open(db) as store:
         store.ingest_record(record_factory("r1"), None)
         assert [r["run_id"] for r in store.runs()] == ["r1"]
+
+
+# The creation of a database under a file-size limit: DuckDB is refused (EFBIG, as a full disk
+# refuses with ENOSPC) after writing the first ``limit`` bytes of it.
+CUT_SHORT = textwrap.dedent(
+    """
+    import os, resource, signal, sys
+    from xmcbench.store import Store, DatabaseWriteError
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.RLIM_INFINITY))
+    try:
+        with Store.open(sys.argv[1], runs_from=sys.argv[3]):
+            pass
+    except DatabaseWriteError as exc:
+        print(exc)
+        sys.exit(3)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs RLIMIT_FSIZE")
+@pytest.mark.parametrize("limit", [4096, 8192])
+def test_a_creation_cut_short_by_a_full_disk_is_no_database_and_a_writer_starts_afresh(tmp_path, record_factory, limit):
+    db = tmp_path / "results.duckdb"
+    runs = tmp_path / "my runs"
+    proc = subprocess.run(
+        [sys.executable, "-c", CUT_SHORT, str(db), str(limit), str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr  # one clear error, also when the failed commit ended the transaction
+    message = proc.stdout.strip()
+    assert message.startswith(f"cannot write to the results database {db} (") and "File too large" in message
+    assert f"`xmcbench ingest {runs}` will index" in message and "Traceback" not in proc.stderr
+    assert db.stat().st_size == limit  # the headers written before the disk was full
+    for missing_ok in (False, True):  # readers: no database yet, not a damaged one
+        try:
+            with Store.open(db, read_only=True, missing_ok=missing_ok) as store:
+                assert missing_ok and store.runs() == [] and store.schema_note() is None
+        except NoDatabaseError as exc:
+            assert not missing_ok and str(exc).startswith(
+                f"no results database at {db} yet: its creation was cut short"
+            )
+    with Store.open(db, repair=True) as store:  # a writer starts a fresh one; nothing is set aside
+        store.ingest_record(record_factory("r1"), None)
+        assert [r["run_id"] for r in store.runs()] == ["r1"] and store.moved_aside is None
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("results")) == [
+        "results.duckdb",
+        "results.duckdb.lock",
+    ]
+
+
+def test_a_creation_whose_commit_the_disk_refuses_is_one_clear_error(tmp_path, monkeypatch):
+    real_connect = duckdb.connect
+
+    class FullAtCommit:  # DuckDB ends the transaction when its COMMIT fails, so a ROLLBACK then fails too
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, sql, *args):
+            if sql == "COMMIT":
+                self.con.execute("ROLLBACK")
+                raise duckdb.TransactionException(
+                    'TransactionContext Error: Failed to commit: Could not write file "x.wal": No space left on device'
+                )
+            return self.con.execute(sql, *args)
+
+        def close(self):
+            self.con.close()
+
+    monkeypatch.setattr(
+        duckdb,
+        "connect",
+        lambda path, read_only=False: (
+            real_connect(path, read_only=read_only) if read_only else FullAtCommit(real_connect(path))
+        ),
+    )
+    db = tmp_path / "results.duckdb"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with pytest.raises(
+        DatabaseWriteError,
+        match=rf"cannot write to the results database {db} \(Failed to commit.*No space left on device\); the run "
+        rf"directories in {runs} still have their records, and `xmcbench ingest {runs}` will index them",
+    ):
+        with Store.open(db, repair=True, runs_from=runs):
+            pass
+
+
+def test_a_short_file_with_a_write_ahead_log_is_never_deleted(tmp_path, filled_db):
+    db = tmp_path / "short.duckdb"
+    db.write_bytes(filled_db.read_bytes()[:4096])  # headers only, but its log may hold committed rows
+    wal = tmp_path / "short.duckdb.wal"
+    wal.write_bytes(b"rows not yet checkpointed")
+    with pytest.raises(DamagedDatabaseError):
+        with Store.open(db):
+            pass
+    assert db.read_bytes() == filled_db.read_bytes()[:4096] and wal.read_bytes() == b"rows not yet checkpointed"
+    with Store.open(db, repair=True) as store:  # ingest keeps it, moved aside with its log
+        assert store.moved_aside is not None
+    assert store.moved_aside.read_bytes() == filled_db.read_bytes()[:4096]
+    assert store.moved_aside.with_name(store.moved_aside.name + ".wal").read_bytes() == b"rows not yet checkpointed"
 
 
 REPAIRER = textwrap.dedent(

@@ -76,3 +76,22 @@ def test_a_record_that_is_a_pipe_is_refused_not_read_forever(tmp_path):
     os.mkfifo(tmp_path / "run" / "record.json")
     with pytest.raises(DataFormatError, match="not a regular file"):
         read_record(tmp_path / "run")
+
+
+def test_read_train_log_keeps_what_it_can_read(tmp_path):
+    from xmcbench.store.record import read_train_log
+
+    (tmp_path / "train_log.jsonl").write_bytes(
+        b'{"epoch": 1, "loss": 0.5}\n'
+        b"[1, 2]\n"  # not an object
+        b'{"epoch": 2, "loss": "0.4", "lr": true, "stage": "warmup"}\n'  # numbers edited into text
+        b'{"epoch": 3, "loss": NaN}\n'
+        b"\xff\xfe not utf-8\n"
+        b'{"epoch": 4, "lo'  # cut short by a kill
+    )
+    assert read_train_log(tmp_path) == [
+        {"epoch": 1, "loss": 0.5},
+        {"epoch": 2, "loss": None, "lr": None, "stage": "warmup"},
+        {"epoch": 3, "loss": None},
+    ]
+    assert read_train_log(tmp_path / "missing") == [] and read_train_log(None) == []

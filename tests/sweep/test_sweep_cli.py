@@ -62,3 +62,29 @@ def test_status_of_a_sweep_killed_outright_says_interrupted_not_queued(recipes, 
         "queued",
         "queued",
     ]  # shown, not rewritten
+
+
+def test_status_only_looks_at_the_sweeps_lock(recipes, tmp_path, monkeypatch):
+    """--status works on a read-only home: it never creates the lock file, and a lock it cannot
+    open leaves the runs as recorded instead of guessing."""
+    from xmcbench import paths
+    from xmcbench.sweep import SweepRecord, expand
+    from xmcbench.sweep import record as sweep_record
+
+    plan = expand([recipes / "tfidf-a.yaml"], seeds="0,1")
+    SweepRecord.open(plan, command="xmcbench sweep", launcher="local", runs_dir=paths.runs_dir(), db=tmp_path / "db")
+    lock = sweep_record._lock_path(plan.sweep_id)
+    lock.unlink(missing_ok=True)
+    shown = _invoke("sweep", "--status", plan.sweep_id)
+    assert shown.exit_code == 0 and "interrupted" in shown.output and not lock.exists()
+    lock.touch()
+    real_open = sweep_record.os.open
+
+    def refused(path, flags, *args):
+        if str(path) == str(lock):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(sweep_record.os, "open", refused)
+    unknown = _invoke("sweep", "--status", plan.sweep_id)
+    assert unknown.exit_code == 0 and "queued" in unknown.output and "interrupted" not in unknown.output

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import functools
 import io
 import json
@@ -19,6 +18,7 @@ from rich.markup import escape
 
 from xmcbench import paths
 from xmcbench.errors import XmcbenchError
+from xmcbench.faults import DISK_FULL_ERRNOS, NOT_WRITABLE_ERRNOS
 
 # Lines that carry a path, a run id or a command are printed with soft_wrap=True: the terminal folds
 # them, rich never breaks them with a newline, so they copy back whole. Tables and live displays
@@ -67,18 +67,14 @@ def _error_line(message: str) -> None:
     raise typer.Exit(1) from None
 
 
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
-
-
 def os_error_line(exc: OSError) -> str:
     """'<what the system said>: <path>[; <what to do>]': a full or read-only disk, a permission
     denied, a path that is not there are the machine's state, not bugs (``-v`` logs the traceback)."""
     where = f": {exc.filename}" if exc.filename else ""
     line = f"{exc.strerror or exc}{where}"
-    if exc.errno in _FULL:
+    if exc.errno in DISK_FULL_ERRNOS:
         return f"{line}; free some space or set XMCBENCH_HOME to a larger disk"
-    if exc.errno in _NOT_WRITABLE:
+    if exc.errno in NOT_WRITABLE_ERRNOS:
         home = paths.home()
         if not exc.filename or Path(os.path.abspath(exc.filename)).is_relative_to(os.path.abspath(home)):
             return f"{line}; make $XMCBENCH_HOME ({home}) writable or set XMCBENCH_HOME elsewhere"

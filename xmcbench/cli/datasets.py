@@ -15,7 +15,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmcbench import paths
-from xmcbench.cli._common import FormatHelp, check_format, console, emit_rows, handle_errors, print_rich, strict_json
+from xmcbench.cli._common import (
+    FormatHelp,
+    check_format,
+    console,
+    emit_rows,
+    err_console,
+    handle_errors,
+    print_rich,
+    strict_json,
+)
 from xmcbench.errors import XmcbenchError
 
 app = typer.Typer(
@@ -110,18 +119,42 @@ def download(
     no_prepare: Annotated[
         bool, typer.Option("--no-prepare", help="Only download the raw files; do not build the prepared cache.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Download again even when the raw files are here and verified (e.g. from another --source); "
+            "files that differ from the recorded checksums are still refused.",
+        ),
+    ] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Download a dataset's raw files (resumable, checksummed), then prepare the cache.
 
-    Re-running after an interruption resumes; running it for a dataset already here only verifies it.
+    Re-running after an interruption resumes; running it for a dataset already here only verifies it
+    (--force downloads it again).
     """
     from xmcbench.data import download_dataset, load_dataset
 
-    raw_dir = download_dataset(name, source=source, progress=not quiet)
+    try:
+        raw_dir = download_dataset(name, source=source, progress=not quiet, force=force)
+    except KeyboardInterrupt:
+        err_console.print(
+            "[yellow]interrupted[/]: run the same command again to resume the download",
+            highlight=False,
+        )
+        raise typer.Exit(130) from None
     console.print(f"raw files: {raw_dir}", highlight=False, markup=False, soft_wrap=True)
     if not no_prepare:
-        ds = load_dataset(name, progress=not quiet)
+        try:
+            ds = load_dataset(name, progress=not quiet)
+        except KeyboardInterrupt:
+            err_console.print(
+                "[yellow]interrupted[/] while preparing: the raw files are downloaded; run the same command again "
+                f"(or `xmcbench datasets prepare {escape(name)}`) to prepare them",
+                highlight=False,
+            )
+            raise typer.Exit(130) from None
         console.print(
             f"prepared:  {ds.path}  ({_count(ds.n_queries('train'))} train, "
             f"{_count(ds.n_queries('test'))} test, {_count(ds.n_labels)} labels)",

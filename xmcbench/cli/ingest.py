@@ -34,7 +34,7 @@ def ingest(
         raise XmcbenchError(
             f"{directory}: no such directory; give a run directory or a folder of them (e.g. {paths.runs_dir()})"
         )
-    with Store.open(db, repair=True) as store:
+    with Store.open(db, repair=True, runs_from=directory) as store:
         report = store.ingest_dir(directory)
         path = store.path
         try:  # keeps the published numbers in the database current for SQL users; tables read the files anyway

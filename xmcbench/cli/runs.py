@@ -153,6 +153,7 @@ def show(
 ) -> None:
     """One run's record: task, scores with 95% CIs, compute, method accounting, provenance, loss curve."""
     from xmcbench.store import Store
+    from xmcbench.store.record import read_train_log
 
     check_format(format)
     with Store.open(db, read_only=True) as store:
@@ -214,38 +215,6 @@ def show(
     console.print(_fields("provenance", provenance))
     if train_log:
         console.print(loss_curve(train_log), highlight=False, markup=False, soft_wrap=True)
-
-
-def read_train_log(run_dir) -> list[dict[str, Any]]:
-    """The per-epoch facts of a run (``train_log.jsonl`` in its folder); [] when there are none."""
-    import json
-
-    if not run_dir:
-        return []
-    path = Path(run_dir) / "train_log.jsonl"
-    entries = []
-    try:  # damaged bytes cost the lines they are in, not the whole `runs show`
-        lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:  # a line cut short by a crash
-            continue
-        if isinstance(entry, dict):
-            # a number edited into text (or true) would break the plot: such a value is not shown
-            entries.append({k: None if k in _NUMERIC and not _is_number(v) else v for k, v in entry.items()})
-    return entries
-
-
-_NUMERIC = ("epoch", "epochs", "step", "loss", "lr", "queries_per_s", "pool_size", "elapsed_s")
-
-
-def _is_number(value: Any) -> bool:
-    import math
-
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def loss_curve(entries: list[dict[str, Any]], height: int = 8, width: int = 50) -> str:

@@ -100,7 +100,7 @@ class _Display:
 def _show_status(sweep_id: str) -> None:
     from xmcbench.sweep import SweepRecord
     from xmcbench.sweep.launch import outcome, read_run
-    from xmcbench.sweep.record import sweep_path
+    from xmcbench.sweep.record import sweep_path, sweep_running
     from xmcbench.sweep.slurm import job_state
 
     record = SweepRecord.load(sweep_id)
@@ -114,7 +114,7 @@ def _show_status(sweep_id: str) -> None:
                 e.update(ended)
         if record.data["launcher"] == "slurm":
             states[e["key"]] = job_state(sweep_id, e.get("job_id"))
-    if record.data["launcher"] != "slurm" and not _sweep_alive(sweep_id):
+    if record.data["launcher"] != "slurm" and sweep_running(sweep_id) is False:
         # a sweep killed outright (SIGKILL, a lost terminal) never wrote how its runs ended
         for e in record.entries:
             if e["status"] in ("running", "queued") and read_run(runs_dir, e.get("run_id")) is None:
@@ -122,17 +122,6 @@ def _show_status(sweep_id: str) -> None:
                 e["error"] = "the sweep is no longer running; the same sweep command resumes it"
     console.print(status_table(record, states))
     console.print(f"sweep record: {escape(str(sweep_path(sweep_id)))}", highlight=False, soft_wrap=True)
-
-
-def _sweep_alive(sweep_id: str) -> bool:
-    """Whether a process runs the sweep now: it holds the sweep's lock while it launches and waits."""
-    from xmcbench.sweep.record import sweep_lock
-
-    try:
-        with sweep_lock(sweep_id):
-            return False
-    except XmcbenchError:
-        return True
 
 
 @handle_errors

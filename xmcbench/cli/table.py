@@ -204,6 +204,9 @@ def table(
             soft_wrap=True,
         )
     for result in results:
+        if format in ("json", "csv"):  # those carry no notes: say it where a person running the script sees it
+            for warning in result.warnings:
+                err_console.print(f"[yellow]note:[/] {escape(warning)}", highlight=False, soft_wrap=True)
         print_table(result, format)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from xmcbench import paths
 from xmcbench.errors import XmcbenchError
+from xmcbench.faults import network_failure
 from xmcbench.redact import redact
 
 HF_SCHEME = "hf://"
@@ -134,27 +135,13 @@ def hub_error_message(exc: BaseException, action: str, retry: str = "try again")
             f"cannot reach the Hub at {hub_endpoint() or 'https://huggingface.co'}; check the network or HF_ENDPOINT, "
             f"then {retry}"
         )
-    elif (broken := _transport_failure(outer)) is not None:
+    elif (broken := network_failure(outer)) is not None:
         # a read timeout or a connection dropped mid-download: the network's fault, not the user's
         hint = f"the connection to the Hub failed ({type(broken).__name__}: {broken}); {retry}"
     else:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         hint = f"{type(exc).__name__}: {first}"
     return redact(f"cannot {action}: {hint}")
-
-
-def _transport_failure(exc: BaseException) -> BaseException | None:
-    """The HTTP client's timeout or transport error behind ``exc``, if there is one."""
-    import httpx2  # huggingface_hub's HTTP client
-
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, (httpx2.TimeoutException, httpx2.TransportError)):
-            return cur
-        cur = cur.__cause__ or cur.__context__
-    return None
 
 
 def http_cause(exc: BaseException) -> tuple[BaseException, int | None]:

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.fsutil import atomic_write, to_json
+from xmcbench.fsutil import atomic_write, install_dir, remove_stale_temps, temp_path, to_json
 from xmcbench.redact import publishable
 
 FORMAT_VERSION = 1
@@ -87,13 +89,18 @@ def check_model_files(model_dir: Path, method: str) -> None:
 
 
 def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_text: str) -> PushFolder:
-    """Write the upload folder for ``run_dir`` into ``out`` (emptied first)."""
-    from safetensors.numpy import save_file
-
+    """Write the upload folder for ``run_dir`` into ``out`` (new, empty, or built before: replaced)."""
     method = record["model"]["method"]
     model_dir = run_dir / "checkpoints" / "model"
     check_model_files(model_dir, method)
-    clear_out_dir(out, owned=lambda d: (d / MODEL_SUBDIR / MODEL_JSON).is_file(), keep=run_dir)
+    with staged_out_dir(out, owned=built_push_folder, keep=run_dir) as tmp:
+        files = _build(model_dir, method, record, recipe_text, tmp, card_text)
+    return PushFolder(out.absolute(), files)
+
+
+def _build(model_dir: Path, method: str, record: dict, recipe_text: str, out: Path, card_text: str) -> list[str]:
+    from safetensors.numpy import save_file
+
     _copy_tree(model_dir / ENCODER_DIR, out)
     _write_st_config(out)
 
@@ -139,16 +146,18 @@ def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_
     atomic_write(out / "record.json", to_json(publishable(record)) + "\n")
     atomic_write(out / "recipe.yaml", publishable(recipe_text))
     atomic_write(out / "README.md", card_text)
-    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    return PushFolder(out, files)
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 
 
-def clear_out_dir(out: Path, owned, keep: Path | None = None) -> None:
-    """Make ``out`` an empty folder to build an upload in, emptying it only when it is one built before.
+@contextmanager
+def staged_out_dir(out: Path, owned: Callable[[Path], bool], keep: Path | None = None) -> Iterator[Path]:
+    """An empty folder beside ``out`` to build an upload in; put in place of ``out`` once whole.
 
     ``out`` comes from the user (``--out``): a typo or ``--out .`` must never delete their files, the
-    run itself, or more (``--out /``). ``owned(out)`` says whether ``out`` holds a folder xmcbench
-    built (what it writes last); anything else that is not empty is refused.
+    run itself, or more (``--out /``). It may be new, empty, or a folder xmcbench built before
+    (``owned(out)``); anything else is refused untouched. The build goes into a temporary sibling, so
+    a build stopped half-way (a full disk, Ctrl-C) leaves ``out`` as it was and no half folder that a
+    later push would take for the user's.
     """
     out = out.absolute()
     resolved = out.resolve()
@@ -156,19 +165,34 @@ def clear_out_dir(out: Path, owned, keep: Path | None = None) -> None:
         keep = keep.resolve()
         if resolved == keep or resolved in keep.parents or keep in resolved.parents:
             raise XmcbenchError(f"--out {out} overlaps the run folder {keep}; give a folder outside the run")
+    tmp = temp_path(out)
     try:
         if out.is_symlink() or (out.exists() and not out.is_dir()):
             raise XmcbenchError(f"--out {out} exists and is not a folder; give a new or empty folder")
-        if out.is_dir() and any(out.iterdir()):
-            if not owned(out):
-                raise XmcbenchError(
-                    f"--out {out} is not empty and is not a folder xmcbench built; "
-                    "give a new or empty folder (nothing in it was touched)"
-                )
-            shutil.rmtree(out)
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise XmcbenchError(f"cannot prepare the upload folder {out}: {exc.strerror or exc}") from None
+        if out.is_dir() and any(out.iterdir()) and not owned(out):
+            raise XmcbenchError(
+                f"--out {out} is not empty and is not a folder xmcbench built; "
+                "give a new or empty folder (nothing in it was touched)"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(out.parent, of=out.name)  # builds killed before they could clean up
+        tmp.mkdir()
+        yield tmp
+        install_dir(tmp, out)
+    except OSError as exc:  # a full disk, a read-only --out: the user's to fix, not a bug
+        raise XmcbenchError(f"cannot write the upload folder {out}: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def built_push_folder(folder: Path) -> bool:
+    """A folder ``build_folder`` made: its model.json says so, and it is not a git clone (whose history a
+    rebuild would throw away)."""
+    try:
+        meta = json.loads((folder / MODEL_SUBDIR / MODEL_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("library") == "xmcbench" and not (folder / ".git").exists()
 
 
 def _copy_tree(src: Path, dst: Path) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from xmcbench import paths
 from xmcbench.encoders.hub_ref import http_cause, hub_endpoint, hub_error_message
 from xmcbench.errors import XmcbenchError
+from xmcbench.faults import network_failure
 from xmcbench.fsutil import check_name, file_lock, utc_now, write_json
 from xmcbench.hub.card import render_card
 from xmcbench.hub.folder import PushFolder, build_folder, check_model_files
@@ -132,20 +133,16 @@ def push_error(exc: BaseException, action: str, retry: str) -> str:
     """One line for a failed upload; a broken or silent connection is the network's fault, so say to rerun."""
     import httpx2
 
-    cur: BaseException | None = exc
-    seen: set[int] = set()
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, httpx2.TimeoutException):
-            return redact(
-                f"cannot {action}: the Hub did not answer within {hub_timeout():g} s "
-                f"(set {TIMEOUT_ENV} to wait longer); {retry}"
-            )
-        if isinstance(cur, httpx2.TransportError):
-            return redact(
-                f"cannot {action}: the connection to the Hub broke off ({type(cur).__name__}: {cur}); {retry}"
-            )
-        cur = cur.__cause__ or cur.__context__
+    broken = network_failure(exc)
+    if isinstance(broken, httpx2.TimeoutException):
+        return redact(
+            f"cannot {action}: the Hub did not answer within {hub_timeout():g} s "
+            f"(set {TIMEOUT_ENV} to wait longer); {retry}"
+        )
+    if broken is not None:
+        return redact(
+            f"cannot {action}: the connection to the Hub broke off ({type(broken).__name__}: {broken}); {retry}"
+        )
     http, status = http_cause(exc)
     # 409 and 412: another commit landed first, which a rerun gets past
     if status is not None and 400 <= status < 500 and status not in (401, 403, 404, 408, 409, 412, 429):
@@ -216,10 +213,7 @@ def push_run(
     recipe_text = recipe_path.read_text(encoding="utf-8")
     card = render_card(record, recipe_text, repo_id, repo_url=url, license=license)
     target = Path(out).expanduser() if out else paths.home() / "hub" / "push" / run_id
-    try:
-        folder = build_folder(run_dir, record, recipe_text, target, card)
-    except OSError as exc:  # a full disk, a read-only --out: the user's to fix, not a bug
-        raise XmcbenchError(f"cannot write the upload folder {target}: {exc.strerror or exc}") from None
+    folder = build_folder(run_dir, record, recipe_text, target, card)
     result = PushResult(repo_id, url, folder, revision=revision, dry_run=dry_run)
     if dry_run:
         return result

@@ -22,7 +22,7 @@ from xmcbench import paths
 from xmcbench.encoders.hub_ref import download_checkpoint, hub_endpoint
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import check_name, to_json
-from xmcbench.hub.folder import PushFolder, clear_out_dir
+from xmcbench.hub.folder import PushFolder, staged_out_dir
 from xmcbench.hub.push import PushResult, check_repo_id, hub_timeout, hub_timeouts, hub_url, push_error, require_token
 from xmcbench.redact import publishable
 from xmcbench.store import Store, record_rows
@@ -61,17 +61,15 @@ def push_results(
         require_token()
         hub_timeout()
     target = Path(out).expanduser() if out else paths.home() / "hub" / "results" / repo_id.replace("/", "--")
-    clear_out_dir(target, owned=lambda d: (d / RESULTS_DIR).is_dir() and (d / "README.md").is_file())
-    try:
-        (target / RESULTS_DIR).mkdir()
+    with staged_out_dir(target, owned=_built_results_folder) as tmp:
+        (tmp / RESULTS_DIR).mkdir()
         for record in records:
             run_id = check_name(record["run_id"], "run id")
             text = to_json(publishable(record)) + "\n"
-            (target / RESULTS_DIR / f"{run_id}.json").write_text(text, encoding="utf-8")
-        (target / "README.md").write_text(_dataset_card(repo_id, len(records)), encoding="utf-8")
-    except OSError as exc:
-        raise XmcbenchError(f"cannot write the upload folder {target}: {exc.strerror or exc}") from None
-    files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+            (tmp / RESULTS_DIR / f"{run_id}.json").write_text(text, encoding="utf-8")
+        (tmp / "README.md").write_text(_dataset_card(repo_id, len(records)), encoding="utf-8")
+        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
+    target = target.absolute()
     result = PushResult(
         repo_id,
         hub_url(repo_id, "dataset"),
@@ -150,3 +148,21 @@ def _dataset_card(repo_id: str, n: int) -> str:
         "(scores with 95% bootstrap intervals, compute, label-pool accounting, provenance; no models).\n\n"
         f"```bash\nxmcbench table --dataset DATASET --results hf://datasets/{repo_id}\n```\n"
     )
+
+
+def _built_results_folder(folder: Path) -> bool:
+    """A folder ``push_results`` made: its dataset card and one JSON file per run, nothing else (a
+    project folder that happens to hold a README and a runs/ folder is not one)."""
+    card = folder / "README.md"
+    try:
+        if "xmcbench" not in card.read_text(encoding="utf-8"):
+            return False
+    except (OSError, UnicodeDecodeError):
+        return False
+    for entry in folder.rglob("*"):
+        name = entry.relative_to(folder)
+        if entry.is_dir() and name == Path(RESULTS_DIR):
+            continue
+        if not (name == Path("README.md") or (name.parent == Path(RESULTS_DIR) and name.suffix == ".json")):
+            return False
+    return True

@@ -33,6 +33,7 @@ from typing import TypeVar
 import duckdb
 import numpy as np
 
+from xmcbench.faults import duckdb_conflict, duckdb_damaged
 from xmcbench.fsutil import file_lock
 from xmcbench.judge.base import Judge, JudgeError, Prompt
 from xmcbench.paths import home
@@ -60,24 +61,8 @@ def default_cache_path() -> Path:
     return home() / "judgements.duckdb"
 
 
-def _conflict(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, duckdb.IOException) and ("conflicting lock" in text or "could not set lock" in text)
-
-
-# DuckDB's exception types for a file it cannot read as a database (bad header, short read,
-# checksum mismatch), unless the operating system's words say the fix is space or permissions.
-_DAMAGE_TYPES = (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException)
-_CANNOT_WRITE = ("no space left", "file too large", "disk quota", "permission denied", "read-only file system")
-
-
 class DamagedCacheError(JudgeError):
     """The judgement cache file cannot be read as a DuckDB database."""
-
-
-def _damaged(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, _DAMAGE_TYPES) and not _conflict(exc) and not any(w in text for w in _CANNOT_WRITE)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -91,7 +76,7 @@ def _retry(action: Callable[[], T], timeout_s: float) -> T:
         try:
             return action()
         except duckdb.Error as exc:
-            if not _conflict(exc) or time.monotonic() > deadline:
+            if not duckdb_conflict(exc) or time.monotonic() > deadline:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.2)
@@ -133,7 +118,7 @@ class JudgementCache:
             except duckdb.Error as exc:
                 if con is not None:
                     con.close()
-                if attempt == 2 or not (_damaged(exc) and self.path.exists()):
+                if attempt == 2 or not (duckdb_damaged(exc) and self.path.exists()):
                     raise
                 self._move_aside(exc)
         raise AssertionError("unreachable")
@@ -162,7 +147,7 @@ class JudgementCache:
             raise JudgeError(self._cannot_write(exc)) from None
 
     def _cannot_write(self, exc: BaseException) -> str:
-        if _conflict(exc):
+        if duckdb_conflict(exc):
             return f"the judgement cache {self.path} stayed locked by another process for {self.timeout_s:.0f} s"
         why = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else _first_line(exc)
         return (
@@ -187,12 +172,12 @@ class JudgementCache:
         try:
             return _retry(run, self.timeout_s)
         except duckdb.Error as exc:
-            if _damaged(exc):
+            if duckdb_damaged(exc):
                 raise DamagedCacheError(
                     f"the judgement cache {self.path} is damaged ({_first_line(exc)}); the next run that stores "
                     "judgements moves it aside and starts a fresh one, or move it away yourself"
                 ) from None
-            if _conflict(exc):
+            if duckdb_conflict(exc):
                 raise JudgeError(
                     f"the judgement cache {self.path} stayed locked by another process for {self.timeout_s:.0f} s"
                 ) from None
@@ -283,7 +268,7 @@ class JudgementCache:
         except duckdb.CatalogException:
             raise JudgeError(f"{self.path} holds no judgements table: is it a judgement cache?") from None
         except duckdb.Error as exc:
-            if _damaged(exc) and str(tmp) not in str(exc):  # the cache, not the file being written
+            if duckdb_damaged(exc) and str(tmp) not in str(exc):  # the cache, not the file being written
                 raise DamagedCacheError(
                     f"the judgement cache {self.path} is damaged ({_first_line(exc)}); nothing was exported"
                 ) from None

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import math
 import re
 from pathlib import Path
@@ -31,6 +30,7 @@ from xmcbench.fsutil import atomic_write
 from xmcbench.report.render import NAME_COLUMNS, format_cell
 from xmcbench.report.table import Table, build_overview, build_table
 from xmcbench.store import Store
+from xmcbench.store.record import read_train_log
 
 esc = html.escape
 
@@ -101,8 +101,9 @@ def build_site(store: Store, out: str | Path, datasets: list[str] | None = None)
     out = Path(out)
     names = datasets or _datasets(store)
     links = [(name, _page_name(name)) for name in names]
-    # every page is rendered before any is written, and each is written whole: a failure (full disk,
-    # unwritable --out) leaves the site that was there before, never pages that link to missing ones
+    # every page is rendered before any is written, each is written whole, and the index last: a
+    # failure part-way (full disk) leaves every page readable and an index whose links resolve; a
+    # rerun writes the rest
     rendered = [(page, _dataset_page(store, name, links)) for name, page in links]
     rendered.append(("index.html", _index_page(store, links)))
     if out.exists() and not out.is_dir():
@@ -511,7 +512,7 @@ def _loss_curves(store: Store, run_ids: list[str]) -> list[tuple[str, str]]:
             run = store.get_run(run_id)
         except XmcbenchError:
             continue
-        entries = _train_log(run.get("run_dir"))
+        entries = read_train_log(run.get("run_dir"))
         points = [(e["epoch"], e["loss"]) for e in entries if _finite(e.get("loss")) and _finite(e.get("epoch"))]
         if not points:
             continue
@@ -527,24 +528,6 @@ def _loss_curves(store: Store, run_ids: list[str]) -> list[tuple[str, str]]:
         ]
         curves.append((run_id, _svg(parts, f"loss per epoch of {run_id}")))
     return curves
-
-
-def _train_log(run_dir: Any) -> list[dict]:
-    if not run_dir:
-        return []
-    try:
-        lines = (Path(run_dir) / "train_log.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):  # a damaged log must cost its curve, not the site
-            out.append(entry)
-    return out
 
 
 def _finite(value: Any) -> bool:

@@ -68,6 +68,8 @@ class Table:
     best: dict[str, set[int]] = field(default_factory=dict)  # metric -> indices of rows holding the best value
     higher_is_better: dict[str, bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # notes a reader of JSON or CSV (which carry no notes) must still get, e.g. that no run matched
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def title(self) -> str:
@@ -138,16 +140,16 @@ def build_table(
         hidden = before - len({_ref_key(r) for r in references})
     other_copies = {(r["paper"], r["paper_table"], r["printed_name"]) for r in references if r["dataset_variant"]}
     references = [r for r in references if not r["dataset_variant"]]
+    given = {
+        "--split": split,
+        "--dataset-version": dataset_version,
+        "--propensity": ",".join(f"{v:g}" for v in propensity) if propensity else None,
+        "--setting": setting,
+        "--paper": paper,
+        "--method": method,
+    }
+    given = {flag: value for flag, value in given.items() if value is not None}
     if not runs and not references:
-        given = {
-            "--split": split,
-            "--dataset-version": dataset_version,
-            "--propensity": ",".join(f"{v:g}" for v in propensity) if propensity else None,
-            "--setting": setting,
-            "--paper": paper,
-            "--method": method,
-        }
-        given = {flag: value for flag, value in given.items() if value is not None}
         if given and (unfiltered_runs or unfiltered_references):
             # the data is there: say which filters left nothing, and what they could have matched
             raise XmcbenchError(
@@ -210,6 +212,17 @@ def build_table(
             "the best test nDCG@5); xmcbench selects only on a validation split of the training data"
         )
     table.notes.extend(_count_notes(table.dataset, runs))
+    run_filters = {flag: value for flag, value in given.items() if flag != "--paper"}
+    if not runs and run_filters:  # else a filter that left out every run would pass for "no runs yet"
+        filters = " ".join(f"{k} {v}" for k, v in run_filters.items())
+        if unfiltered_runs:
+            there = _what_there_is(unfiltered_runs, [])
+            table.warnings.append(f"no run matches {filters}: published rows only; the runs of {dataset} have {there}")
+        else:
+            table.warnings.append(
+                f"no run matches {filters}: no finished run of {dataset} is indexed; published rows only"
+            )
+        table.notes[:0] = table.warnings  # first: it changes what the table means
     return table
 
 

@@ -57,6 +57,7 @@ def check_data(data: dict[str, Any], file: str) -> tuple[Recipe | None, list[Pro
         problems += _dataset_problems(file, recipe.dataset.name)
     else:
         problems += _synthetic_name_problems(file, recipe.dataset.name)
+        problems += _synthetic_size_problems(file, recipe.dataset.synthetic.train)
     if not problems:
         problems += _supervision_problems(file, recipe, config) + _hardware_problems(file, recipe)
     if problems:
@@ -142,6 +143,21 @@ def _synthetic_name_problems(file: str, name: str) -> list[Problem]:
                 "dataset.name",
                 f"{name!r} is a built-in dataset; a synthetic dataset needs a name of its own",
                 "e.g. synth-" + name.lower(),
+            )
+        ]
+    return []
+
+
+def _synthetic_size_problems(file: str, train: int) -> list[Problem]:
+    """Every run reports PSP / PSnDCG, whose inverse propensities scale with ln(N) - 1 for N training
+    rows: below 3 they turn negative and the run would train, then fail at evaluation."""
+    if train < 3:
+        return [
+            Problem(
+                file,
+                "dataset.synthetic.train",
+                f"a run needs at least 3 training rows (PSP's inverse propensities); got {train}",
+                "e.g. train: 100",
             )
         ]
     return []

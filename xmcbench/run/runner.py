@@ -16,7 +16,6 @@ to share the run folder and the phases done.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -35,6 +34,7 @@ import yaml
 from xmcbench import paths
 from xmcbench.encoders.hub_ref import resolved_revision
 from xmcbench.errors import XmcbenchError
+from xmcbench.faults import cannot_write, disk_full, exception_chain
 from xmcbench.fsutil import atomic_write, check_name, file_lock, remove_stale_temps, utc_now
 from xmcbench.methods import METHODS
 from xmcbench.methods.base import RunContext
@@ -50,8 +50,6 @@ log = logging.getLogger("xmcbench.run")
 
 RECIPE_FILE = "recipe.yaml"
 LOCK_FILE = ".lock"
-# errors that mean the disk is full or not writable (the run can go on once that is fixed)
-_CANNOT_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG)
 INDEX_TIMEOUT_S = 10.0  # indexing while running is best effort: a busy database must not stall training
 
 
@@ -117,7 +115,7 @@ def run_recipe(
             live.on_save = indexer.index_quietly if indexer else None
             live.save()
         except OSError as exc:
-            if exc.errno not in _CANNOT_WRITE:
+            if not cannot_write(exc):  # a full disk or a folder that is not writable: the run can go on once fixed
                 raise
             where = exc.filename or run_dir or runs_root
             if resume is not None:
@@ -163,39 +161,38 @@ def _attempt(recipe: Recipe, live: LiveRecord, dist, progress: bool, indexer: _I
         indexer.index_finally(record)
     if error is None:
         return RunResult(live.run_dir, record, index_error=indexer.error if indexer else None)
-    cannot_write = _cannot_write(error, live.run_dir)
-    if cannot_write is not None:
+    refused = _write_refused(error, live.run_dir)
+    if refused is not None:
         # a full disk or a folder that turned read-only is the machine's state, not a bug: one line
-        reason, where = cannot_write
+        reason, where = refused
+        run_id = record["run_id"]
+        if record["status"] == "finished":  # the work is done; its last record could not be saved
+            raise XmcbenchError(
+                f"run {run_id} finished, but its record could not be saved: {reason} ({where}); free disk space "
+                f"(or fix permissions) and `xmcbench run --resume {run_id}` saves it"
+            ) from error
         raise XmcbenchError(
-            f"run {record['run_id']} stopped: {reason} ({where}); "
-            f"free disk space (or fix permissions) and continue it with `xmcbench run --resume {record['run_id']}`"
+            f"run {run_id} stopped: {reason} ({where}); "
+            f"free disk space (or fix permissions) and continue it with `xmcbench run --resume {run_id}`"
         ) from error
     raise error
 
 
-# What the writers that are not Python's own (safetensors, torch's zip writer) say for a full or
-# read-only disk: they raise their own errors, with no errno.
-_WRITE_FAILURES = {
-    "No space left on device": ("no space left on device", "os error 28"),
-    "Disk quota exceeded": ("disk quota exceeded", "os error 122"),
-    "Read-only file system": ("read-only file system", "os error 30"),
-}
 _FULL_BELOW = 64 << 20  # free bytes under which a failed torch.save is taken for a full disk
 
 
-def _cannot_write(error: BaseException, run_dir: Path) -> tuple[str, object] | None:
-    """(reason, where) when ``error`` (or one it came from) means the disk is full or not writable."""
-    seen: set[int] = set()
-    cur: BaseException | None = error
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, OSError) and cur.errno in _CANNOT_WRITE:
-            return cur.strerror, cur.filename or run_dir
+def _write_refused(error: BaseException, run_dir: Path) -> tuple[str, object] | None:
+    """(reason, where) when ``error``, or the error it was raised from, means the disk is full or not
+    writable. An error raised while handling another (its context, not its cause) is a fault of its
+    own and keeps its traceback."""
+    for cur in exception_chain(error, context=False):
+        if isinstance(cur, OSError) and cur.errno is not None:
+            if cannot_write(cur):
+                return cur.strerror, cur.filename or run_dir
+            continue
+        if cannot_write(cur):  # safetensors, DuckDB: the operating system's words, no errno
+            return ("No space left on device" if disk_full(cur) else _first_line(cur)), run_dir
         text = str(cur).lower()
-        for reason, marks in _WRITE_FAILURES.items():
-            if any(mark in text for mark in marks):
-                return reason, run_dir
         # torch.save on a full disk says only "[enforce fail at inline_container.cc] unexpected pos"
         if isinstance(cur, RuntimeError) and ("inline_container" in text or "pytorchstreamwriter" in text):
             try:
@@ -203,8 +200,11 @@ def _cannot_write(error: BaseException, run_dir: Path) -> tuple[str, object] | N
                     return "No space left on device", run_dir
             except OSError:
                 pass
-        cur = cur.__cause__ or cur.__context__
     return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -564,6 +564,7 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
         world_size,
     )
     log.info("phase prepare: starting")
+    before = dict(live.walls)  # earlier attempts' time: a phase line tells this attempt's
     with live.phase("prepare"):
         if not dist.is_main:
             barrier()  # rank 0 synthesises / downloads / prepares first
@@ -571,7 +572,7 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
         if dist.is_main:
             barrier()
     mark("prepare")
-    log.info("phase prepare: done in %.1fs; phase train: starting", live.walls.get("prepare", 0.0))
+    log.info("phase prepare: done in %s; phase train: starting", _took(live, "prepare", before))
     ctx.start_clock()
 
     with live.phase("train"):
@@ -582,21 +583,30 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
     total, trainable = method.parameter_counts()
     record["model"].update(params_total=int(total), params_trainable=int(trainable))
     mark("train")
-    log.info("phase train: done in %.1fs; phase predict: starting", live.walls.get("train", 0.0))
+    log.info("phase train: done in %s; phase predict: starting", _took(live, "train", before))
 
     with live.phase("predict"):
         preds = phases.predict(recipe, method, data, ctx, done)
     mark("predict")
-    log.info("phase predict: done in %.1fs; phase evaluate: starting", live.walls.get("predict", 0.0))
+    log.info("phase predict: done in %s; phase evaluate: starting", _took(live, "predict", before))
 
     with live.phase("evaluate"):
         phases.evaluate(recipe, preds, data, record)
     mark("evaluate")
     log.info(
-        "phase evaluate: done in %.1fs: %s",
-        live.walls.get("evaluate", 0.0),
+        "phase evaluate: done in %s: %s",
+        _took(live, "evaluate", before),
         ", ".join(f"{s['name']} {s['value']:.2f}" for s in (record.get("scores") or [])[:6]) or "no scores",
     )
+
+
+def _took(live: LiveRecord, phase: str, before: dict[str, float]) -> str:
+    """This attempt's time in ``phase``, and the total with earlier attempts' when there were any."""
+    total = live.walls.get(phase, 0.0)
+    earlier = before.get(phase, 0.0)
+    if earlier <= 0:
+        return f"{total:.1f}s"
+    return f"{total - earlier:.1f}s ({total:.1f}s with earlier attempts)"
 
 
 __all__ = ["RunInterrupted", "RunResult", "effective_status", "find_run", "load_record", "run_recipe"]

@@ -26,6 +26,7 @@ from typing import TypeVar
 import duckdb
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.faults import duckdb_conflict
 from xmcbench.fsutil import file_lock
 
 T = TypeVar("T")
@@ -87,11 +88,11 @@ def write_lock(
 def is_lock_conflict(exc: BaseException) -> bool:
     """DuckDB's error when another process has the file open in a conflicting mode.
 
-    Matched on DuckDB's own wording: a looser test ("lock" anywhere) also matches damage
-    reports such as "checksum ... in block at location", which must not be retried for minutes.
+    Matched on DuckDB's own wording (``faults.duckdb_conflict``): a looser test ("lock" anywhere)
+    also matches damage reports such as "checksum ... in block at location", which must not be
+    retried for minutes.
     """
-    text = str(exc).lower()
-    return isinstance(exc, duckdb.IOException) and ("conflicting lock" in text or "could not set lock" in text)
+    return duckdb_conflict(exc)
 
 
 def retry_on_conflict(

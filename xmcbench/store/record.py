@@ -146,6 +146,37 @@ def read_record(path: Path) -> dict:
     return record
 
 
+TRAIN_LOG_FILE = "train_log.jsonl"  # written by xmcbench.methods.base, one object per epoch
+_TRAIN_LOG_NUMBERS = ("epoch", "epochs", "step", "loss", "lr", "queries_per_s", "pool_size", "elapsed_s")
+
+
+def read_train_log(run_dir: Path | str | None) -> list[dict[str, Any]]:
+    """The per-epoch facts of a run (``train_log.jsonl`` in its folder); [] when there are none.
+
+    The log is appended to by a process that may be killed mid-line, and people edit files: a damaged
+    line (bad bytes, not JSON, not an object) costs that line, and a value that should be a number and
+    is not (text, true, NaN) reads as None, so a listing or a plot never ends in a traceback."""
+    if not run_dir:
+        return []
+    try:
+        lines = (Path(run_dir) / TRAIN_LOG_FILE).read_bytes().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    entries = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append({k: None if k in _TRAIN_LOG_NUMBERS and not _is_number(v) else v for k, v in entry.items()})
+    return entries
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def effective_status(record: dict) -> str:
     """The record's status, with a "running" run whose process is gone on this host read as "interrupted".
 

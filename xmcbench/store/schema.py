@@ -233,6 +233,9 @@ def migrate(con: duckdb.DuckDBPyConnection, where: str, target: int | None = Non
             )
         con.execute("COMMIT")
     except Exception:
-        con.execute("ROLLBACK")
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # a failed COMMIT (disk full) has ended the transaction already; its error is the one to tell
         raise
     return pending[-1].version

@@ -35,6 +35,7 @@ import duckdb
 
 from xmcbench import paths
 from xmcbench.errors import DataFormatError, XmcbenchError
+from xmcbench.faults import cannot_write, duckdb_damaged
 from xmcbench.store.lock import DEFAULT_TIMEOUT_S, is_lock_conflict, retry_on_conflict, write_lock
 from xmcbench.store.record import RECORD_FILE, RunRows, effective_status, read_record, record_rows
 from xmcbench.store.schema import SCHEMA_VERSION, check_not_newer, current_version, migrate, utcnow
@@ -45,21 +46,6 @@ RUN_TABLES = ("runs", "scores", "group_scores", "compute", "accounting")
 # these (another dataset version, other propensity A/B, another filter file) are never ranked
 # against each other.
 COMPARABILITY_KEY = ("split", "dataset_version", "propensity_a", "propensity_b", "filter")
-
-# Words of the operating system's errors (as DuckDB passes them on) that mean "cannot write
-# here", not "the file is damaged": the fix is space or permissions, and the file is fine.
-_CANNOT_WRITE = (
-    "no space left",
-    "file too large",
-    "disk quota",
-    "permission denied",
-    "read-only file system",
-    "not a directory",
-    "operation not permitted",
-)
-# DuckDB's exception types that report a damaged file (a short read, a checksum mismatch);
-# others (catalog, binder, constraint errors) are bugs and keep their traceback.
-_DAMAGE_TYPES = (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException)
 
 
 class NoDatabaseError(XmcbenchError):
@@ -87,7 +73,8 @@ def say_on_stderr(message: str) -> None:
 class IngestReport:
     """What ``ingest_dir`` did: run ids ingested, and (path, reason) for what it left out.
 
-    ``interrupted``: run ids recorded as running whose process is gone (indexed as interrupted).
+    ``interrupted``: run ids recorded as running whose process is gone, indexed as interrupted by
+    this ingest (not those already indexed so).
     """
 
     ingested: list[str] = field(default_factory=list)
@@ -123,6 +110,7 @@ class Store:
         self._tables: frozenset[str] | None = None  # read-only: the tables there are (an older schema has fewer)
         self._said_busy = False
         self.reference_problem: str | None = None  # why the published numbers could not be read from the files
+        self.runs_from: Path | None = None  # the runs this store was opened to ingest: what a write failure names
 
     @classmethod
     @contextmanager
@@ -135,6 +123,7 @@ class Store:
         missing_ok: bool = False,
         repair: bool = False,
         notify: Callable[[str], None] | None = None,
+        runs_from: Path | str | None = None,
     ) -> Iterator[Store]:
         """Open the database; ``path`` defaults to the home one.
 
@@ -142,10 +131,13 @@ class Store:
         is moved aside (``moved_aside``) and a fresh database created. ``read_only``: nothing is
         created, locked or migrated; a missing file raises ``NoDatabaseError`` unless
         ``missing_ok`` (then every query returns nothing). ``notify`` is told once when the
-        database is busy and this process waits (default: a line on stderr).
+        database is busy and this process waits (default: a line on stderr). ``runs_from``: the
+        run directory (or folder of them) to be ingested, which an error writing the database
+        names as what to ingest once it can be written.
         """
         store = cls(path, timeout_s, read_only=read_only, notify=notify)
         store.repair = repair
+        store.runs_from = Path(runs_from) if runs_from is not None else None
         if read_only:
             store._inspect(missing_ok)
         else:
@@ -162,6 +154,11 @@ class Store:
     # -- errors ------------------------------------------------------------------------------
 
     def _no_database(self) -> NoDatabaseError:
+        if self.path.exists():  # there, but it holds nothing (_cut_short, or no table yet)
+            return NoDatabaseError(
+                f"no results database at {self.path} yet: its creation was cut short (a full disk or a kill) before "
+                "it held anything; run a recipe or `xmcbench ingest DIR`, which start it afresh"
+            )
         return NoDatabaseError(f"no results database at {self.path}; run a recipe or `xmcbench ingest DIR` first")
 
     def _is_directory(self) -> XmcbenchError:
@@ -170,6 +167,8 @@ class Store:
         )
 
     def _write_failed(self, reason: str, run_dir: Path | str | None = None) -> DatabaseWriteError:
+        if run_dir is None:
+            run_dir = self.runs_from
         if (
             run_dir is not None and not (Path(run_dir) / RECORD_FILE).exists() and Path(run_dir).is_dir()
         ):  # a folder of runs
@@ -193,17 +192,11 @@ class Store:
             return self._no_database()
         if "is a directory" in lowered:
             return self._is_directory()
-        if (
-            isinstance(exc, OSError)
-            or any(word in lowered for word in _CANNOT_WRITE)
-            or (writing and "failed to commit" in lowered)
-        ):
+        if isinstance(exc, OSError) or cannot_write(exc) or (writing and "failed to commit" in lowered):
             if writing:
                 return self._write_failed(reason, run_dir)
             return XmcbenchError(f"cannot read the results database {self.path} ({reason}); check its permissions")
-        if type(exc) is duckdb.Error or isinstance(
-            exc, _DAMAGE_TYPES
-        ):  # "Corrupt database file" is a plain duckdb.Error
+        if duckdb_damaged(exc):
             return self._damaged(reason)
         return exc
 
@@ -336,7 +329,7 @@ class Store:
         """Read-only open: check the file is there and readable; note its version and tables."""
         if self.path.is_dir():
             raise self._is_directory()
-        if not self.path.exists():
+        if not self.path.exists() or _cut_short(self.path):  # a file whose creation was cut short holds nothing yet
             if not missing_ok:
                 raise self._no_database()
             self.exists, self.version, self._tables = False, None, frozenset()
@@ -360,6 +353,11 @@ class Store:
         self.version, self._tables = retry_on_conflict(
             attempt, "read the schema version", self.path, self.timeout_s, self._say_busy
         )
+        if not self._tables:  # created, but cut short before its first table: no database yet
+            if not missing_ok:
+                raise self._no_database()
+            self.exists, self.version = False, None
+            return
         check_not_newer(self.version, str(self.path))
 
     def schema_note(self) -> str | None:
@@ -387,11 +385,11 @@ class Store:
             if version == SCHEMA_VERSION:
                 return version
         with self._write_lock():
-            wal = self.path.with_name(self.path.name + ".wal")
-            if self.path.is_file() and self.path.stat().st_size == 0 and not wal.exists():
+            if _cut_short(self.path):
                 # a creation cut short (disk full, a kill): it holds nothing, and no writer is making
                 # it now, since writers create under this lock
                 self.path.unlink()
+                self.path.with_name(self.path.name + ".wal").unlink(missing_ok=True)
             try:
                 return self._migrate()
             except DamagedDatabaseError as exc:
@@ -538,9 +536,7 @@ class Store:
                     r["run_id"]: (r["record_sha256"], r["run_dir"], r["status"])
                     for r in self._query("SELECT run_id, record_sha256, run_dir, status FROM runs", needs=("runs",))
                 }
-                outcome = IngestReport(
-                    bad=list(report.bad), skipped=list(report.skipped), interrupted=report.interrupted
-                )
+                outcome = IngestReport(bad=list(report.bad), skipped=list(report.skipped))
                 todo: dict[str, RunRows] = {}
                 for run_dir, rows in parsed:
                     if rows.run_id in todo:
@@ -570,6 +566,8 @@ class Store:
                 self.ensure_schema()
                 continue
             outcome.ingested = list(todo)
+            # only runs indexed now: one already indexed as interrupted was told the first time
+            outcome.interrupted = [run_id for run_id in report.interrupted if run_id in todo]
             return outcome
         raise AssertionError("unreachable")  # every pass returns, continues or raises
 
@@ -796,6 +794,23 @@ class Store:
             for row in self._query(f"SELECT * FROM {table} WHERE run_id IN ({marks})", run_ids, needs=(table,)):
                 out[row["run_id"]][table] = row
         return out
+
+
+# A DuckDB file starts with three 4 KiB headers; tables live in blocks after them. A shorter file
+# was cut short while it was being created (disk full, a kill) and can hold no table.
+_HEADERS_SIZE = 3 * 4096
+
+
+def _cut_short(path: Path) -> bool:
+    """Whether ``path`` is a DuckDB file whose creation was cut short: empty or shorter than its
+    headers, with no write-ahead log that could hold committed rows. Never true for anyone else's file."""
+    wal = path.with_name(path.name + ".wal")
+    try:
+        if not path.is_file() or path.stat().st_size >= _HEADERS_SIZE or (wal.exists() and wal.stat().st_size > 0):
+            return False
+    except OSError:
+        return False
+    return _duckdb_header(path)
 
 
 def _duckdb_header(path: Path) -> bool:

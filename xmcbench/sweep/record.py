@@ -13,6 +13,7 @@ their records). Entries are matched to the plan by key and recipe hash.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,38 @@ def sweep_folder(sweep_id: str) -> Path:
 
 def sweep_lock(sweep_id: str):
     """Held while a sweep launches runs: the same sweep twice at once would start every run twice."""
-    return file_lock(sweeps_dir() / f".{sweep_id}.lock", timeout=0, what=f"sweep {sweep_id}")
+    return file_lock(_lock_path(sweep_id), timeout=0, what=f"sweep {sweep_id}")
+
+
+def _lock_path(sweep_id: str) -> Path:
+    return sweeps_dir() / f".{sweep_id}.lock"
+
+
+def sweep_running(sweep_id: str) -> bool | None:
+    """Whether a process runs the sweep now (it holds ``sweep_lock``); None when that cannot be told.
+
+    Only looks: the lock file is opened read-only and asked for a shared lock, so ``--status`` works
+    on a read-only home and never makes the same sweep, started at that moment, find its lock taken.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: filelock's Windows locks cannot be probed this way
+        return None
+    try:
+        fd = os.open(_lock_path(sweep_id), os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # never locked: no sweep process made it
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # closing drops the shared lock, if it was taken
+    return False
 
 
 class SweepRecord:

@@ -151,7 +151,7 @@ def test_dropped_connection_keeps_part_and_resumes(server, tmp_path):
         DownloadError, match="dropped after 100,000 of 200,000 bytes.*run the same command again to resume"
     ):
         fetch_url(url, tmp_path / "f.bin", progress=False, resumes=0)
-    assert _listing(tmp_path) == ["f.bin.part"]  # never a final-named partial file
+    assert _listing(tmp_path) == ["f.bin.part", "f.bin.part.validator"]  # never a final-named partial file
     assert (tmp_path / "f.bin.part").read_bytes() == data[:100_000]
     fetch_url(url, tmp_path / "f.bin", progress=False, resumes=0)
     assert _sha((tmp_path / "f.bin").read_bytes()) == _sha(data)
@@ -167,20 +167,107 @@ def test_dropped_connection_is_resumed_automatically(server, tmp_path):
     assert server.statuses("f.bin") == [(None, 200), ("bytes=100000-", 206), ("bytes=150000-", 206)]
 
 
+def _part_of_version(folder: Path, head: bytes, **validator) -> None:
+    """A partial download ``f.bin.part`` whose validator file says it came from ``validator``."""
+    (folder / "f.bin.part").write_bytes(head)
+    (folder / "f.bin.part.validator").write_text(
+        json.dumps({"etag": None, "last_modified": None, "size": None, **validator})
+    )
+
+
 def test_server_ignoring_range_restarts(server, tmp_path):
     data = _bytes(50_000, 4)
-    (tmp_path / "f.bin.part").write_bytes(b"stale bytes from some other file")
-    fetch_url(server.serve("f.bin", data, fault="ignore-range"), tmp_path / "f.bin", progress=False)
+    url = server.serve("f.bin", data, fault="ignore-range")
+    _part_of_version(tmp_path, b"stale bytes from some other file")
+    fetch_url(url, tmp_path / "f.bin", progress=False)
     assert (tmp_path / "f.bin").read_bytes() == data
     assert server.statuses("f.bin") == [("bytes=32-", 200)]
+    assert _listing(tmp_path) == ["f.bin"]
 
 
 def test_part_as_long_as_file_restarts(server, tmp_path):
     data = _bytes(1_000, 5)
-    (tmp_path / "f.bin.part").write_bytes(b"x" * 5_000)
-    fetch_url(server.serve("f.bin", data), tmp_path / "f.bin", progress=False)
+    url = server.serve("f.bin", data)
+    _part_of_version(tmp_path, b"x" * 5_000)
+    fetch_url(url, tmp_path / "f.bin", progress=False)
     assert (tmp_path / "f.bin").read_bytes() == data
     assert server.statuses("f.bin") == [("bytes=5000-", 416), (None, 200)]
+
+
+def _interrupted(server, tmp_path, data: bytes, **serve) -> str:
+    """Serve ``data``, download half of it and stop (the connection drops); returns the URL."""
+    url = server.serve("f.bin", data, fault="drop", drops=1, **serve)
+    with pytest.raises(DownloadError, match="run the same command again to resume"):
+        fetch_url(url, tmp_path / "f.bin", progress=False, resumes=0)
+    assert (tmp_path / "f.bin.part").read_bytes() == data[: len(data) // 2]
+    return url
+
+
+@pytest.mark.parametrize(
+    "validators",
+    [{}, {"etag": False}, {"last_modified": False}],
+    ids=["both", "last-modified-only", "etag-only"],
+)
+def test_unchanged_file_resumes_with_if_range(server, tmp_path, validators):
+    data = _bytes(200_000, 20)
+    url = _interrupted(server, tmp_path, data, **validators)
+    fetch_url(url, tmp_path / "f.bin", progress=False, resumes=0)
+    assert (tmp_path / "f.bin").read_bytes() == data
+    assert server.statuses("f.bin") == [(None, 200), ("bytes=100000-", 206)]  # the first half is not sent again
+    if_range = server.if_range_headers("f.bin")[-1]
+    if validators.get("etag", True):  # a strong ETag is preferred over the date
+        assert if_range == f'"{_sha(data)[:16]}"'
+    else:
+        assert if_range is not None and if_range.endswith(" GMT")
+    assert _listing(tmp_path) == ["f.bin"]
+
+
+@pytest.mark.parametrize(
+    "validators",
+    [{}, {"etag": False}, {"last_modified": False}],
+    ids=["both", "last-modified-only", "etag-only"],
+)
+def test_file_changed_on_the_server_is_fetched_whole(server, tmp_path, validators, capsys):
+    old, new = _bytes(200_000, 21), _bytes(200_000, 22)
+    url = _interrupted(server, tmp_path, old, **validators)
+    server.serve("f.bin", new, **validators)  # a new version of the same size, at the same URL
+    fetch_url(url, tmp_path / "f.bin", progress=True, resumes=0)
+    assert _sha((tmp_path / "f.bin").read_bytes()) == _sha(new)
+    assert server.statuses("f.bin") == [(None, 200), ("bytes=100000-", 200)]  # If-Range: the whole new file
+    assert "changed on the server since the partial download" in capsys.readouterr().err
+    assert _listing(tmp_path) == ["f.bin"]
+
+
+def test_file_changed_on_a_server_ignoring_if_range_is_fetched_whole(server, tmp_path):
+    old, new = _bytes(200_000, 23), _bytes(200_000, 24)
+    url = _interrupted(server, tmp_path, old)
+    server.serve("f.bin", new, fault="ignore-if-range")  # answers 206 with the new file's tail
+    fetch_url(url, tmp_path / "f.bin", progress=False, resumes=0)
+    assert _sha((tmp_path / "f.bin").read_bytes()) == _sha(new)
+    assert server.statuses("f.bin") == [(None, 200), ("bytes=100000-", 206), (None, 200)]
+
+
+def test_file_of_another_size_on_a_server_without_validators_is_fetched_whole(server, tmp_path):
+    old, new = _bytes(200_000, 25), _bytes(300_000, 26)
+    url = _interrupted(server, tmp_path, old, etag=False, last_modified=False)
+    server.serve("f.bin", new, etag=False, last_modified=False)
+    fetch_url(url, tmp_path / "f.bin", progress=False, resumes=0)
+    assert _sha((tmp_path / "f.bin").read_bytes()) == _sha(new)
+    assert server.if_range_headers("f.bin") == [None, None, None]
+    assert server.statuses("f.bin") == [(None, 200), ("bytes=100000-", 206), (None, 200)]
+
+
+@pytest.mark.parametrize("validator", [None, "not json", "[1, 2]", '{"etag": 5}'], ids=["none", "text", "list", "type"])
+def test_part_without_a_readable_validator_starts_over(server, tmp_path, validator):
+    data = _bytes(50_000, 27)
+    url = server.serve("f.bin", data)
+    (tmp_path / "f.bin.part").write_bytes(data[:1_000][::-1])  # bytes of unknown origin
+    if validator is not None:
+        (tmp_path / "f.bin.part.validator").write_text(validator)
+    fetch_url(url, tmp_path / "f.bin", progress=False)
+    assert (tmp_path / "f.bin").read_bytes() == data
+    assert server.statuses("f.bin") == [(None, 200)]
+    assert _listing(tmp_path) == ["f.bin"]
 
 
 @pytest.mark.parametrize("fault, status", [("404", "HTTP 404 Not Found"), ("500", "HTTP 500 Internal Server Error")])
@@ -250,7 +337,7 @@ def test_interrupt_keeps_part_then_resumes(server, tmp_path, monkeypatch):
     monkeypatch.setattr(http_mod, "_write_chunk", write)
     with pytest.raises(KeyboardInterrupt):
         fetch_url(url, tmp_path / "f.bin", progress=False)
-    assert _listing(tmp_path) == ["f.bin.part"]
+    assert _listing(tmp_path) == ["f.bin.part", "f.bin.part.validator"]
     assert (tmp_path / "f.bin.part").read_bytes() == data[:32_768]
     monkeypatch.setattr(http_mod, "_write_chunk", lambda out, block: out.write(block))
     fetch_url(url, tmp_path / "f.bin", progress=False)
@@ -570,6 +657,22 @@ def test_hf_error_never_shows_the_endpoints_password(home, monkeypatch):
     with pytest.raises(DownloadError, match=r"hub\.example\.org\): cannot reach") as err:
         download_dataset(_spec(), source="hf://org/repo", progress=False)
     assert "Pa55word" not in str(err.value)
+
+
+def test_hf_connection_dropped_mid_file_is_one_line_saying_to_rerun(home, monkeypatch):
+    import httpx2
+    import huggingface_hub
+
+    def dropped(*args, **kwargs):
+        try:
+            raise httpx2.ReadTimeout("timed out")
+        except httpx2.ReadTimeout as exc:  # huggingface_hub wraps the client's error in its own
+            raise RuntimeError("download failed") from exc
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", dropped)
+    with pytest.raises(DownloadError, match=r"connection to the Hub failed \(ReadTimeout: timed out\); run the same"):
+        download_dataset(_spec(), source="hf://org/repo", progress=False)
 
 
 def _fake_hub(monkeypatch, repo: dict[str, bytes]):

@@ -47,6 +47,7 @@ from xmcbench.data.raw import (
 )
 from xmcbench.data.synth import materialize
 from xmcbench.errors import DownloadError
+from xmcbench.redact import redact
 
 __all__ = [
     "MANIFEST_NAME",
@@ -75,11 +76,15 @@ def raw_lock(spec: DatasetSpec, progress: bool = True):
     )
 
 
-def download_dataset(name_or_spec: str | DatasetSpec, source: str | None = None, progress: bool = True) -> Path:
+def download_dataset(
+    name_or_spec: str | DatasetSpec, source: str | None = None, progress: bool = True, force: bool = False
+) -> Path:
     """Download, extract and verify a dataset's raw files; returns the raw folder.
 
     ``source`` overrides the catalogue's default (see ``parse_source``). When the raw files are
-    already present and match their manifest this is a no-op (it says so when ``progress``).
+    already present and match their manifest this is a no-op (it says so when ``progress``, and
+    always when ``source`` is not where they came from, since it then goes unused); ``force``
+    downloads them again, and files that differ from the manifest are refused as in any download.
     """
     spec = resolve_spec(name_or_spec)
     raw_dir = paths.dataset_raw_dir(spec.raw_group)
@@ -88,8 +93,16 @@ def download_dataset(name_or_spec: str | DatasetSpec, source: str | None = None,
         raw_dir.mkdir(parents=True, exist_ok=True)
         fsutil.remove_stale_temps(raw_dir)
         report = verify_dataset(spec)
-        if report.ok:
-            say(f"{spec.raw_group}: raw files already downloaded and verified in {raw_dir}", highlight=False)
+        if report.ok and not force:
+            recorded = sorted({str(e.get("source")) for e in read_manifest(raw_dir).values()})
+            if source and recorded != [_described(source)]:
+                say_for(True)(
+                    f"{spec.raw_group}: raw files already downloaded and verified in {raw_dir} "
+                    f"(from {', '.join(recorded)}); --source was not used: add --force to download them again from it",
+                    style="yellow",
+                )
+            else:
+                say(f"{spec.raw_group}: raw files already downloaded and verified in {raw_dir}", highlight=False)
             return raw_dir
         manifest = read_manifest(raw_dir)
         if manifest and any(f.status == "changed" for f in report.files):
@@ -103,6 +116,14 @@ def download_dataset(name_or_spec: str | DatasetSpec, source: str | None = None,
             raise DownloadError(f"{spec.name} has no download source (its files were made locally); {SOURCE_HELP}")
         _download_into(spec, sources, raw_dir, manifest, say, progress)
     return raw_dir
+
+
+def _described(source: str) -> str:
+    """``source`` as the manifest records it (a local folder since removed: as typed, redacted)."""
+    try:
+        return describe_source(parse_source(source))
+    except DownloadError:
+        return redact(source)
 
 
 def _download_into(

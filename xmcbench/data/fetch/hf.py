@@ -15,6 +15,7 @@ from xmcbench.data.fetch.common import disk_full, walk
 from xmcbench.data.fetch.sources import describe_source
 from xmcbench.data.raw import twins
 from xmcbench.errors import DownloadError
+from xmcbench.faults import network_failure
 from xmcbench.redact import redact
 
 
@@ -79,6 +80,15 @@ def fetch_hf(spec: DatasetSpec, src: Source, local_dir: Path, progress: bool) ->
         if exc.errno == errno.ENOSPC:
             raise disk_full(f"downloading {spec.name}", local_dir.parent) from None
         raise
+    except Exception as exc:
+        broken = network_failure(exc)
+        if broken is None:
+            raise
+        # a read timeout or a connection dropped mid-file: the files already complete are kept
+        raise DownloadError(
+            f"cannot download {spec.name} from {where}: the connection to the Hub failed "
+            f"({type(broken).__name__}: {redact(str(broken))}); run the same command again to go on"
+        ) from None
     finally:
         if not progress and not was_disabled:
             enable_progress_bars()

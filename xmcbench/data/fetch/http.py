@@ -5,6 +5,13 @@ received size matches the announced one and the content is not an HTML page (a s
 answers with a quota or sign-in page). An existing ``.part`` is resumed with ``Range`` when the
 server answers 206 and restarted when it answers 200 (or 416: the part is too long).
 
+A file can change on the server between an interrupted download and its resume; joining the old
+bytes to the new would make a file that is neither. So the server's validator (its ``ETag``, else
+``Last-Modified``) and the file's size are saved beside the part in ``target.part.validator``; a
+resume sends it as ``If-Range`` (the server then answers 200 with the whole new file) and starts
+over when a 206 still names another ETag, Last-Modified or size (a server that ignores
+``If-Range``). A ``.part`` without a readable validator file is not resumed.
+
 Retries (``urllib3.util.Retry``): failed connects and 429/5xx answers are retried with
 exponential backoff, honouring ``Retry-After``; a connection that drops mid-body is resumed from
 the bytes already on disk up to ``resumes`` times, after which the ``.part`` is kept for the next
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import re
@@ -36,6 +44,7 @@ from xmcbench.data.fetch.common import (
     disk_full,
     html_head,
     page_reason,
+    say_for,
 )
 from xmcbench.data.fetch.sources import SOURCE_HELP
 from xmcbench.errors import DownloadError
@@ -46,6 +55,7 @@ RETRIES = 4  # retries of a failed connect or a 429/5xx answer, per request
 BACKOFF_FACTOR = 0.5  # seconds; doubled on each retry (0, 1, 2, 4 … at most BACKOFF_MAX)
 BACKOFF_MAX = 30.0
 RETRY_STATUSES = (429, 500, 502, 503, 504)
+_CHANGED = "{label}: the file changed on the server since the partial download; downloading it again from the start"
 _URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.poolmanager", "urllib3.util.retry")  # they log URLs
 
 
@@ -87,10 +97,11 @@ def fetch_url(
     part = target.with_name(target.name + ".part")
     label = what or target.name
     pool = _pool(url)
+    say = say_for(progress)
     with _redacted_library_logs(url), byte_bar(progress, label, None) as update:
         for attempt in range(resumes + 1):
             try:
-                _fetch_once(pool, url, part, label, update)
+                _fetch_once(pool, url, part, label, update, say)
                 break
             except _Dropped as exc:
                 if attempt == resumes:
@@ -100,13 +111,14 @@ def fetch_url(
                     ) from None
     page = None if target.name.lower().endswith((".htm", ".html")) else html_head(part)
     if page is not None:
-        part.unlink()
+        _discard(part)
         reason = page_reason(page) or "not the file"
         raise DownloadError(
             f"cannot download {label}: {redact(url)} returned a web page instead of the file ({reason}); "
             f"{SOURCE_HELP} with a direct link"
         )
     os.replace(part, target)
+    _validator_path(part).unlink(missing_ok=True)
     return target
 
 
@@ -145,24 +157,37 @@ def _redacted_library_logs(url: str):
             logger.removeFilter(redactor)
 
 
-def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, update: Update) -> None:
+def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, update: Update, say) -> None:
     offset = part.stat().st_size if part.exists() else 0
-    response = _open(pool, url, offset, label)
+    known = _read_validator(part) if offset else None
+    if offset and known is None:  # nothing says which version of the file these bytes are from
+        _discard(part)
+        offset = 0
+    response = _open(pool, url, offset, label, if_range=_if_range(known))
     if offset and response.status == 416:  # the .part is already as long as the file (or longer)
         response.close()
-        part.unlink()
+        _discard(part)
         offset = 0
         response = _open(pool, url, 0, label)
     try:
         if offset and response.status == 206:
             start, total = _content_range(response, url, label)
+            if _changed(known, response, total):  # a server that ignored If-Range
+                response.close()
+                _discard(part)
+                say(_CHANGED.format(label=label))
+                offset = 0
+                response = _open(pool, url, 0, label)
+        if offset and response.status == 206:
             if start != offset:
                 raise DownloadError(f"cannot download {label}: {redact(url)} resumed at byte {start:,}, not {offset:,}")
             mode = "ab"
         elif response.status == 200:
-            offset, mode = 0, "wb"  # the server ignored Range: start over
             length = response.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
+            if offset and _changed(known, response, total):
+                say(_CHANGED.format(label=label))
+            offset, mode = 0, "wb"  # the server ignored Range, or the file changed (If-Range): start over
         else:
             status = " ".join(str(x) for x in (response.status, response.reason) if x)
             raise DownloadError(f"cannot download {label}: HTTP {status} from {redact(url)}")
@@ -171,6 +196,9 @@ def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, upd
         done = offset
         update(done, total)
         try:
+            if mode == "wb":  # old bytes never sit beside the new version's validator, even for a moment
+                _discard(part)
+                _save_validator(part, response, total)
             with open(part, mode) as out:
                 while True:
                     try:
@@ -187,7 +215,7 @@ def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, upd
                     update(done, total)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                part.unlink(missing_ok=True)
+                _discard(part)
                 need = f"{total - offset:,} bytes" if total is not None else "more space"
                 raise disk_full(
                     f"downloading {label}", part.parent, need, after="; the partial file was deleted"
@@ -198,7 +226,7 @@ def _fetch_once(pool: urllib3.PoolManager, url: str, part: Path, label: str, upd
     if total is not None and done < total:
         raise _Dropped(f"connection to {redact(url)} dropped after {done:,} of {total:,} bytes")
     if total is not None and done > total:
-        part.unlink()
+        _discard(part)
         raise DownloadError(
             f"cannot download {label}: {redact(url)} sent {done:,} bytes, more than the announced {total:,}"
         )
@@ -208,10 +236,70 @@ def _write_chunk(out, block: bytes) -> None:
     out.write(block)
 
 
-def _open(pool: urllib3.PoolManager, url: str, offset: int, label: str) -> urllib3.BaseHTTPResponse:
+def _validator_path(part: Path) -> Path:
+    return part.with_name(part.name + ".validator")
+
+
+def _discard(part: Path) -> None:
+    part.unlink(missing_ok=True)
+    _validator_path(part).unlink(missing_ok=True)
+
+
+def _save_validator(part: Path, response, total: int | None) -> None:
+    """Record which version of the file the bytes in ``part`` are (written before the first byte)."""
+    validator = {
+        "etag": response.headers.get("ETag"),
+        "last_modified": response.headers.get("Last-Modified"),
+        "size": total,
+    }
+    _validator_path(part).write_text(json.dumps(validator) + "\n")
+
+
+def _read_validator(part: Path) -> dict | None:
+    """The saved validator of ``part``; None when it is missing or unreadable."""
+    try:
+        validator = json.loads(_validator_path(part).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(validator, dict) or not all(
+        isinstance(validator.get(key), str | None) for key in ("etag", "last_modified")
+    ):
+        return None
+    size = validator.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+        return None
+    return validator
+
+
+def _if_range(known: dict | None) -> str | None:
+    """The If-Range value for a resume: a strong ETag, else Last-Modified (RFC 9110 refuses weak ETags)."""
+    if not known:
+        return None
+    etag = known.get("etag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return known.get("last_modified")
+
+
+def _changed(known: dict | None, response, total: int | None) -> bool:
+    """Whether ``response`` is for another version of the file than the one ``known`` describes."""
+    if not known:
+        return False
+    for key, header in (("etag", "ETag"), ("last_modified", "Last-Modified")):
+        now = response.headers.get(header)
+        if known.get(key) and now and now != known[key]:
+            return True
+    return known.get("size") is not None and total is not None and total != known["size"]
+
+
+def _open(
+    pool: urllib3.PoolManager, url: str, offset: int, label: str, if_range: str | None = None
+) -> urllib3.BaseHTTPResponse:
     headers = {"User-Agent": f"xmcbench/{__version__}", "Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
+        if if_range:
+            headers["If-Range"] = if_range
     try:
         return pool.request(
             "GET",
