@@ -375,9 +375,7 @@ def test_a_synthetic_dataset_made_with_other_parameters_is_refused_before_the_ru
     run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
     other = tmp_path / "other.yaml"
     other.write_text(RECIPE.format(tag="o", description="", devices="cpu").replace("labels: 60", "labels: 70"))
-    with pytest.raises(
-        XmcbenchError, match="already exists with other parameters .*n_labels 60 here, 70 in the recipe"
-    ):
+    with pytest.raises(XmcbenchError, match="already exists with other parameters .*n_labels 60 here, 70 asked"):
         run_recipe(load_recipe(other), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
     assert len(list(runs.iterdir())) == 1  # no failed run left behind
 

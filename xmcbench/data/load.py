@@ -118,17 +118,33 @@ def _synthetic_spec(name: str, params: dict[str, Any]) -> DatasetSpec:
     return make_synthetic_spec(name, **{_SYNTH_KEYS.get(k, k): v for k, v in params.items()})
 
 
+def synthetic_conflict(name: str, params: dict[str, Any]) -> str | None:
+    """How synthetic dataset ``name``, already made here, differs from one made with ``params``
+    ("labels 40 here, 60 asked; ..."); None when it is not here or is the same."""
+    if not local_spec_path(name).exists():
+        return None
+    have, wanted = get_spec(name).synthetic, _synthetic_spec(name, params).synthetic
+    if have is None or have == wanted:
+        return None
+    return "; ".join(
+        f"{key} {have.get(key)!r} here, {wanted.get(key)!r} asked"
+        for key in sorted(set(have) | set(wanted))
+        if have.get(key) != wanted.get(key)
+    )
+
+
 def _create_synthetic(name: str, params: dict[str, Any], force: bool) -> DatasetSpec:
     """The spec of synthetic dataset ``name`` made with ``params``, generating it unless an identical
     complete one exists."""
     spec = _synthetic_spec(name, params)
     if local_spec_path(name).exists() and not force:
-        old = get_spec(name)
-        if old.synthetic != spec.synthetic:
+        differ = synthetic_conflict(name, params)
+        if differ is not None:
             raise XmcbenchError(
-                f"dataset {name} already exists with other parameters ({old.synthetic}); pass --force "
+                f"dataset {name} already exists with other parameters ({differ}); pass --force "
                 f"(datasets synth) to replace it, choose another name, or delete {paths.datasets_dir() / name}"
             )
+        old = get_spec(name)
         if raw_status(old) == "complete":
             return old
     with raw_lock(spec):

@@ -236,27 +236,17 @@ def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
 def _check_synthetic_dataset(recipe: Recipe) -> None:
     """A synthetic dataset of this name made here with other parameters would stop the run at
     prepare, leaving a failed run behind: refuse before the run folder exists, naming what differs."""
-    from xmcbench.data import get_spec, make_synthetic_spec
-    from xmcbench.data.catalog import local_spec_path
+    from xmcbench.data.load import synthetic_conflict
 
     ds = recipe.dataset
-    if ds.synthetic is None or not local_spec_path(ds.name).exists():
+    if ds.synthetic is None:
         return
-    params = ds.synthetic.model_dump()
-    sizes = {"n_labels": params.pop("labels"), "n_train": params.pop("train"), "n_test": params.pop("test")}
-    wanted = make_synthetic_spec(ds.name, **sizes, **params).synthetic
-    have = get_spec(ds.name).synthetic
-    if have is None or have == wanted:
-        return
-    differ = "; ".join(
-        f"{key} {have.get(key)!r} here, {wanted.get(key)!r} in the recipe"
-        for key in sorted(set(have) | set(wanted))
-        if have.get(key) != wanted.get(key)
-    )
-    raise XmcbenchError(
-        f"dataset {ds.name} already exists with other parameters ({differ}); give the recipe another "
-        f"dataset.name, or delete {paths.datasets_dir() / ds.name} to make it anew"
-    )
+    differ = synthetic_conflict(ds.name, ds.synthetic.model_dump())
+    if differ is not None:
+        raise XmcbenchError(
+            f"dataset {ds.name} already exists with other parameters ({differ}); give the recipe another "
+            f"dataset.name, or delete {paths.datasets_dir() / ds.name} to make it anew"
+        )
 
 
 def new_run_id(recipe: Recipe) -> str:
