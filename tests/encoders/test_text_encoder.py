@@ -88,3 +88,18 @@ def test_a_model_folder_without_tokenizer_files_is_refused(tiny_encoder_dir, tmp
     with pytest.raises(XmcbenchError, match="has a model but no tokenizer files"):
         TextEncoder(str(folder))
     assert TextEncoder(tiny_encoder_dir).tokenizer("hello")["input_ids"] != [101, 100, 102]  # the real one
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_length", [1, 2])
+def test_max_length_without_room_for_text_is_refused(max_length):
+    """At 1 the tokenizer returns more tokens than asked (the token caches crashed on them); at 2
+    every text is [CLS] [SEP], one vector for all."""
+    with pytest.raises(
+        XmcbenchError, match=f"encoder.max_length {max_length} leaves no room for text next to the 2 special"
+    ):
+        TextEncoder("all-MiniLM-L6-v2", max_length=max_length)
+    enc = TextEncoder("all-MiniLM-L6-v2", max_length=3)
+    assert enc.encode(["one word", "other"]).shape == (2, 384)
+    with pytest.raises(XmcbenchError, match="encoder.label_max_length 2 leaves no room"):
+        enc.encode(["a label"], max_length=2)

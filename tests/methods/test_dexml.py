@@ -108,9 +108,13 @@ def test_interrupted_training_resumes_from_the_epoch_checkpoint(tiny_recipe, tmp
     recipe = tiny_recipe(
         "{name: dexml, regime: hard_negatives, refresh_every: 1, hard_negative_start_epoch: 1}", epochs=3
     )
+    clean = run(recipe, tmp_path / "clean")
     result, _, steps = interrupt_then_resume(DexmlMethod, "_hard_negative_step", recipe, tmp_path)
     assert steps == 2 * 10  # only epochs 2 and 3 ran again
     assert result.record["accounting"]["steps"] == 3 * 10  # accounting covers the whole training
+    for key in ("grad_norm_preclip_mean", "grad_norm_preclip_max"):  # every step's norm, not the last attempt's
+        assert result.record["accounting"][key] == pytest.approx(clean.record["accounting"][key], rel=1e-6)
+    assert result.scores["P@1"] == pytest.approx(clean.scores["P@1"], abs=1e-6)
 
 
 def test_validation_split_never_touches_test(tiny_recipe, tmp_path):

@@ -304,6 +304,8 @@ def test_interrupted_training_resumes_from_the_epoch_checkpoint(tiny_recipe, tmp
     result, _, steps = interrupt_then_resume(PrimeMethod, "_train_step", recipe, tmp_path)
     assert steps == 2 * 10  # only epochs 2 and 3 ran again
     assert result.record["accounting"]["steps"] == 3 * 10  # accounting survives the resume
+    for key in ("grad_norm_preclip_mean", "grad_norm_preclip_max"):  # every step's norm, not the last attempt's
+        assert result.record["accounting"][key] == pytest.approx(clean.record["accounting"][key], rel=1e-6)
     # The checkpoint carries centroids, bank, optimiser, sampler and RNG: the same trajectory.
     assert result.scores["P@1"] == pytest.approx(clean.scores["P@1"], abs=1e-6)
     assert result.scores["nDCG@5"] == pytest.approx(clean.scores["nDCG@5"], abs=1e-6)

@@ -231,6 +231,8 @@ def test_interrupted_training_resumes_onto_the_same_trajectory(
     result, run_dir, steps = interrupt_then_resume(UnidecMethod, "train_step", recipe, tmp_path, at=20)
     assert steps == 16  # only epoch 2 ran again
     assert result.record["accounting"]["steps"] == 2 * 16  # pool accounting survives the resume
+    for key in ("grad_norm_preclip_mean", "grad_norm_preclip_max"):  # every step's norm, not the last attempt's
+        assert result.record["accounting"][key] == pytest.approx(reference.record["accounting"][key], rel=1e-5)
     for name in ("label_de.npy", "label_clf.npy"):
         np.testing.assert_allclose(
             np.load(run_dir / "checkpoints" / "model" / name),

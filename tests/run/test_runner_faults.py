@@ -400,6 +400,19 @@ def test_a_synthetic_dataset_too_small_to_weigh_is_refused_before_training(tmp_p
     assert [p.key for p in problems] == (["dataset.synthetic.train"] if refused else [])
 
 
+@pytest.mark.parametrize("key", ["encoder.max_length", "encoder.label_max_length"])
+def test_an_encoder_length_with_no_room_for_text_leaves_no_run_behind(tmp_path, tiny_encoder_dir, key):
+    from xmcbench.run import load_recipe as load
+
+    path = tmp_path / "z.yaml"
+    path.write_text(RECIPE.format(tag="z", description="", devices="cpu").replace("{name: tfidf}", "{name: zero_shot}"))
+    recipe = load(path, overrides=[f"encoder.name={tiny_encoder_dir}", f"{key}=2"])
+    runs = tmp_path / "runs"
+    with pytest.raises(XmcbenchError, match=f"{key} 2 leaves no room for text next to the 2 special tokens"):
+        run_recipe(recipe, db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
 def test_a_full_disk_at_the_start_leaves_no_empty_run_folder(tmp_path, monkeypatch):
     import errno
 

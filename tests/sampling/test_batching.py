@@ -208,6 +208,29 @@ def test_unidec_batching_schedule_clusters_from_epoch_zero():
     assert schedule(149).cluster_size == 576  # never grows
 
 
+@pytest.mark.parametrize("batching", ["random", "clustered", "one_cluster_per_batch"])
+def test_a_batch_larger_than_the_training_set(batching, caplog):
+    """One process: said, and each step takes every query. Across GPUs (the ragged last batch
+    dropped) no step would run, so it is refused."""
+    import logging
+
+    from xmcbench.methods.dexml import DexmlConfig
+    from xmcbench.methods.dual_encoder import make_sampler
+
+    config = DexmlConfig(batching=batching)
+    with caplog.at_level(logging.WARNING, logger="xmcbench.train"):
+        sampler, _ = make_sampler(config, 400, 100_000, seed=0)
+    assert "training.batch_size 100,000 is more than the 400 training queries" in caplog.text
+    if batching == "random":
+        assert [len(b) for b in sampler] == [400]
+    with pytest.raises(XmcbenchError, match="no step would run; set training.batch_size to at most 400"):
+        make_sampler(config, 400, 100_000, seed=0, drop_last=True)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="xmcbench.train"):
+        make_sampler(config, 400, 400, seed=0, drop_last=True)
+    assert caplog.text == ""
+
+
 def test_schedule_options():
     schedule = ClusterSchedule(cluster_size=4, start_epoch=2, every=3, grow_at=(4,), max_cluster_size=6)
     steps = [schedule(e) for e in range(9)]

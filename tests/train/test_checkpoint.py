@@ -157,6 +157,44 @@ def test_broken_latest_pointer_is_a_clear_error(tmp_path):
         load_checkpoint(tmp_path, _model())
 
 
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda ckpt: (ckpt / "model.safetensors").write_bytes(b"\x00" * 100), "model.safetensors: damaged checkpoint"),
+        (lambda ckpt: (ckpt / "model.safetensors").write_bytes(b""), "model.safetensors: damaged checkpoint"),
+        (lambda ckpt: _cut(ckpt / "state.pt", 5000), "state.pt: damaged checkpoint"),
+        (lambda ckpt: torch.save([1, 2], ckpt / "state.pt"), "state.pt: damaged checkpoint"),
+        (lambda ckpt: (ckpt.parent / "latest").write_bytes(b"\xff\xfe\n"), "which is not a complete checkpoint"),
+    ],
+)
+def test_a_damaged_checkpoint_names_the_folder_to_delete(tmp_path, damage, message):
+    """A file cut short by hand or a dying disk: one error naming the whole checkpoint folder, whose
+    deletion lets the run train again (deleting only the damaged epoch folder left ``latest`` dangling)."""
+    ckpt = Trainer().save(tmp_path, 0)
+    damage(ckpt)
+    with pytest.raises(XmcbenchError, match=message) as info:
+        load_checkpoint(tmp_path, _model())
+    assert f"delete {tmp_path} to train this run again from its first epoch" in str(info.value)
+
+
+def _cut(path, size: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.truncate(size)
+
+
+def test_a_deleted_latest_pointer_resumes_from_the_newest_complete_checkpoint(tmp_path, caplog):
+    trainer = Trainer()
+    trainer.save(tmp_path, 0)
+    trainer.step = 5
+    newest = trainer.save(tmp_path, 1, keep=2)
+    (tmp_path / "latest").unlink()
+    (tmp_path / "epoch-0002-step-000000009").mkdir()  # not a checkpoint: no files in it
+    with caplog.at_level("WARNING", logger="xmcbench.train"):
+        assert latest_checkpoint(tmp_path) == newest
+    assert "latest is missing; resuming from epoch-0001-step-000000005" in caplog.text
+    assert load_checkpoint(tmp_path, _model())["epoch"] == 1
+
+
 def test_checkpoint_of_another_model_is_refused(tmp_path):
     Trainer().save(tmp_path, 0)
     with pytest.raises(XmcbenchError, match="does not fit this model"):

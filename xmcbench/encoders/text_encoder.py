@@ -33,6 +33,18 @@ PACKAGED_MODELS = {
 }
 
 
+def check_room_for_text(tokenizer, max_length: int, what: str, name: str) -> None:
+    """Refuse a length with no room for text next to the special tokens: the tokenizer then
+    returns sequences longer than asked (the token caches fail on them), or every text
+    becomes the same [CLS] [SEP] and embeds to one vector."""
+    specials = int(tokenizer.num_special_tokens_to_add(pair=False))
+    if max_length <= specials:
+        raise XmcbenchError(
+            f"{what} {max_length} leaves no room for text next to the {specials} special tokens of "
+            f"encoder {name!r}; set {what} to at least {specials + 1}"
+        )
+
+
 def resolve_model_path(name: str, revision: str | None = None) -> str:
     """A local folder for ``name`` when there is one, else ``name`` itself (a Hub id).
 
@@ -102,6 +114,7 @@ class TextEncoder(nn.Module):
                 "vocab.txt, ...), so every word would be read as [UNK]; save the tokenizer of the model it "
                 "came from into that folder (tokenizer.save_pretrained)"
             )
+        self.check_length(max_length, "encoder.max_length")
         # A projection saved by ``save`` comes back with the folder; otherwise make one if asked.
         self.projection: nn.Linear | None = _load_dense(Path(path)) if Path(path).is_dir() else None
         if self.projection is None and projection_dim is not None:
@@ -115,6 +128,9 @@ class TextEncoder(nn.Module):
         if self.projection is not None:
             return int(self.projection.out_features)
         return int(self.model.config.hidden_size)
+
+    def check_length(self, max_length: int, what: str) -> None:
+        check_room_for_text(self.tokenizer, max_length, what, self.name)
 
     def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         return self.tokenizer(
@@ -157,6 +173,8 @@ class TextEncoder(nn.Module):
         """
         from xmcbench.train.precision import autocast
 
+        if max_length is not None and max_length != self.max_length:  # max_length was checked when built
+            self.check_length(max_length, "encoder.label_max_length")
         texts = list(texts)  # also accepts memory-mapped TextColumns
         device = torch.device(device) if device is not None else next(self.parameters()).device
         was_training = self.training

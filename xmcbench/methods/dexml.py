@@ -117,7 +117,7 @@ class DexmlMethod:
         total_steps = t.epochs * len(sampler)
         scheduler = build_scheduler(optimizer, max(total_steps, 1), t.warmup_ratio, t.schedule)
         shortlists = ShortlistSchedule(c.refresh_every, start_epoch=c.hard_negative_start_epoch)
-        grad_norms: list[float] = []  # pre-clip gradient norm of every step of this process
+        grad_norms: list[float] = []  # pre-clip gradient norm of every step, earlier attempts' included
         accounting = PoolAccounting()
 
         # 3. resume from the last complete epoch
@@ -128,6 +128,7 @@ class DexmlMethod:
         if state:
             sampler.load_state_dict(state["sampler_state"])
             accounting.load_state_dict(extra.get("accounting", {}))
+            grad_norms = [float(x) for x in extra.get("grad_norms", [])]
         shortlist = de.load_array(ctx.checkpoint_dir / "shortlist.npy") if c.regime == "hard_negatives" else None
         best = extra.get("best_val_p1", -1.0)
         positives_seen, queries_seen = extra.get("positives_seen", 0), extra.get("queries_seen", 0)
@@ -199,6 +200,8 @@ class DexmlMethod:
                 "best_val_p1": best,
                 "positives_seen": positives_seen,
                 "queries_seen": queries_seen,
+                # so a resumed run's recorded gradient norms cover all of training, not its last attempt
+                "grad_norms": np.asarray(grad_norms, dtype=np.float64),
             }
             if need_shortlist and shortlist is not None and is_main():
                 de.save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)
@@ -556,10 +559,9 @@ def _build_shortlist(
 
 
 def _save_encoder_atomic(encoder, folder: Path) -> None:
-    import shutil
+    from xmcbench.fsutil import install_dir, temp_path
 
-    tmp = folder.with_name(f".{folder.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    # Swapped in by rename: deleting the old folder first lost the best model to a kill in between.
+    tmp = temp_path(folder)
     encoder.save(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    install_dir(tmp, folder)

@@ -8,6 +8,7 @@ NGAME's negative-mining-aware clustering schedule; the model is checkpointed eve
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -22,6 +23,8 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
 from xmcbench.progress import task as progress_task
 from xmcbench.search import SearchBackend
+
+log = logging.getLogger("xmcbench.train")
 
 
 class DualEncoderConfig(MethodConfig):
@@ -75,6 +78,7 @@ def tokenise(encoder, task: TrainTask, recipe, progress: bool) -> TokenisedTask:
 
     e = recipe.encoder
     label_len = e.label_max_length or e.max_length
+    encoder.check_length(label_len, "encoder.label_max_length")
     queries = TokenCache.build_or_load(
         task.train_texts,
         encoder.tokenizer,
@@ -146,6 +150,18 @@ def labelled_rows(labels: sparse.csr_matrix | None) -> np.ndarray:
 def make_sampler(config: DualEncoderConfig, n_queries: int, batch_size: int, seed: int, drop_last: bool = False):
     from xmcbench.sampling import ClusterBatchSampler, ClusterSchedule, RandomBatchSampler
 
+    if batch_size > n_queries:
+        if drop_last:  # every batch would be the ragged last one: an epoch of no steps, a model never trained
+            raise XmcbenchError(
+                f"training.batch_size {batch_size:,} is more than the {n_queries:,} training queries with labels, "
+                f"and across GPUs the incomplete last batch is dropped, so no step would run; "
+                f"set training.batch_size to at most {n_queries:,}"
+            )
+        log.warning(
+            "training.batch_size %s is more than the %s training queries with labels: each step takes all of them",
+            f"{batch_size:,}",
+            f"{n_queries:,}",
+        )
     if config.batching == "random":
         return RandomBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last), None
     if config.batching == "one_cluster_per_batch":

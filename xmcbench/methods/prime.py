@@ -365,7 +365,7 @@ class PrimeMethod:
         self.recipe = recipe
         self.model: PrimeModel | None = None
         self.label_prototypes: np.ndarray | None = None  # (L, d) z_l after fit
-        self._grad_norms: list[float] = []  # pre-clip global gradient norm per step of this process
+        self._grad_norms: list[float] = []  # pre-clip global gradient norm per step (checkpointed)
 
     @property
     def encoder(self):
@@ -416,6 +416,7 @@ class PrimeMethod:
         if state:
             sampler.load_state_dict(state["sampler_state"])
             accounting.load_state_dict(state["extra"].get("accounting", {}))
+            self._grad_norms = [float(x) for x in state["extra"].get("grad_norms", [])]
         else:
             query_emb = self._initialise(tokens, labels, rows, ctx)
 
@@ -457,7 +458,11 @@ class PrimeMethod:
                 optimizer,
                 scheduler,
                 sampler_state=sampler.state_dict(),
-                extra={"accounting": accounting.state_dict()},
+                # the gradient norms too, so a resumed run's recorded norms cover all of training
+                extra={
+                    "accounting": accounting.state_dict(),
+                    "grad_norms": np.asarray(self._grad_norms, dtype=np.float64),
+                },
             )
             ctx.log_epoch(epoch + 1, t.epochs, step=step, loss=loss, scheduler=scheduler, queries=len(rows))
 

@@ -202,7 +202,7 @@ class UnidecMethod:
         self.label_de: np.ndarray | None = None  # (L, d) Φ_D(z_l) after fit
         self.label_clf: np.ndarray | None = None  # (L, d) N(Ψ_l) after fit
         self._uncapped_pool_sum = 0  # Σ over steps of |∪ sampled labels| before max_pool_size
-        self._grad_norms: list[float] = []  # pre-clip global gradient norm of every step of this process
+        self._grad_norms: list[float] = []  # pre-clip global gradient norm of every step (checkpointed)
 
     # ------------------------------------------------------------------------------------------
     def fit(self, task: TrainTask, ctx: RunContext) -> None:
@@ -236,6 +236,7 @@ class UnidecMethod:
             sampler.load_state_dict(state["sampler_state"])
             accounting.load_state_dict(extra.get("accounting", {}))
             self._uncapped_pool_sum = int(extra.get("uncapped_pool_sum", 0))
+            self._grad_norms = [float(x) for x in extra.get("grad_norms", [])]
         shortlist = de.load_array(ctx.checkpoint_dir / "shortlist.npy") if c.hard_negatives > 0 else None
         best = extra.get("best_val_p1", -1.0)
 
@@ -283,6 +284,8 @@ class UnidecMethod:
                 "accounting": accounting.state_dict(),
                 "best_val_p1": best,
                 "uncapped_pool_sum": self._uncapped_pool_sum,
+                # so a resumed run's recorded gradient norms cover all of training, not its last attempt
+                "grad_norms": np.asarray(self._grad_norms, dtype=np.float64),
             }
             if need_shortlist:
                 de.save_array(ctx.checkpoint_dir / "shortlist.npy", shortlist)

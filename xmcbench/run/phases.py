@@ -7,6 +7,7 @@ resumed run skip what an earlier attempt finished.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +19,13 @@ from scipy import sparse
 from xmcbench import metrics
 from xmcbench.data import PreparedDataset, load_dataset
 from xmcbench.errors import XmcbenchError
-from xmcbench.fsutil import atomic_output
+from xmcbench.fsutil import atomic_output, install_dir, temp_path
 from xmcbench.methods import METHODS
 from xmcbench.methods.base import RunContext, TrainTask
 from xmcbench.recipe import Recipe
 from xmcbench.store.record import EVAL_ROWS_FILE, PREDICTIONS_FILE
+
+log = logging.getLogger("xmcbench.run")
 
 MODEL_DIR = "model"  # inside checkpoints/: the fitted model, written when fit completes
 
@@ -136,6 +139,18 @@ def eval_rows(recipe: Recipe, n: int) -> np.ndarray | None:
 def prepare(recipe: Recipe, record: dict[str, Any], run_dir: Path, progress: bool) -> EvalData:
     dataset = ensure_dataset(recipe, progress)
     ev = recipe.evaluation
+    beyond = [k for k in ev.k if k > dataset.n_labels]
+    if beyond:
+        # Kept (the MACLR smoke recipes report R@100 over 40 labels: recall over every label), but
+        # P@k there divides by more labels than any model can predict, so say it once up front.
+        log.warning(
+            "evaluation.k %s: more than the %s labels of %s; P@k and nDCG@k there count at most %s "
+            "correct labels (R@k is recall over every label)",
+            ", ".join(map(str, beyond)),
+            f"{dataset.n_labels:,}",
+            dataset.name,
+            f"{dataset.n_labels:,}",
+        )
     split = ev.split
     a = ev.propensity_a if ev.propensity_a is not None else dataset.spec.propensity_a
     b = ev.propensity_b if ev.propensity_b is not None else dataset.spec.propensity_b
@@ -172,15 +187,26 @@ def train(recipe: Recipe, data: EvalData, ctx: RunContext, done: list[str], is_m
     method = method_cls(recipe.method_config(), recipe)
     model_dir = ctx.checkpoint_dir / MODEL_DIR
     if "train" in done and model_dir.exists():
-        method.load(model_dir)
-    else:
-        task = build_train_task(
-            recipe, data.dataset, data.inv_prop, with_titles=getattr(method_cls, "uses_titles", False)
-        )
-        ctx.accounting["supervision"] = task.supervision
-        method.fit(task, ctx)
-        if is_main:
-            method.save(model_dir)
+        try:
+            method.load(model_dir)
+            return method
+        except MemoryError:  # not damage: fitting again would run out too
+            raise
+        except Exception as exc:  # noqa: BLE001 - cut short or deleted by hand: fitting again restores it
+            log.warning(
+                "the trained model in %s cannot be read (%s); fitting again from the last training checkpoint",
+                model_dir,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            )
+            method = method_cls(recipe.method_config(), recipe)
+    task = build_train_task(recipe, data.dataset, data.inv_prop, with_titles=getattr(method_cls, "uses_titles", False))
+    ctx.accounting["supervision"] = task.supervision
+    method.fit(task, ctx)
+    if is_main:
+        # Written whole or not at all: a run killed mid-save keeps no half model to load later.
+        tmp = temp_path(model_dir)
+        method.save(tmp)
+        install_dir(tmp, model_dir)
     return method
 
 
@@ -190,7 +216,14 @@ def predict(recipe: Recipe, method, data: EvalData, ctx: RunContext, done: list[
 
     pred_path = ctx.run_dir / PREDICTIONS_FILE
     if "predict" in done and pred_path.exists():
-        return sparse.load_npz(pred_path).tocsr()
+        try:
+            return sparse.load_npz(pred_path).tocsr()
+        except Exception as exc:  # noqa: BLE001 - damaged by hand or a dying disk: predict again
+            log.warning(
+                "%s cannot be read (%s); predicting again",
+                pred_path,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            )
     k = recipe.evaluation.top_k
     filt = data.filter
     slack = int(np.diff(filt.indptr).max()) if filt is not None and filt.nnz else 0

@@ -219,6 +219,7 @@ def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
     """What can only be known at run time, checked before the run folder exists."""
     resolve_device(recipe.hardware.devices)
     _check_synthetic_dataset(recipe)
+    _check_encoder_lengths(recipe)
     if db_path.is_dir():
         raise XmcbenchError(
             f"output.db {db_path} is a folder; give the path of a database file (e.g. {db_path}/xmcbench.duckdb)"
@@ -231,6 +232,27 @@ def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
         ) from None
     if not os.access(runs_root, os.W_OK | os.X_OK):
         raise XmcbenchError(f"the runs folder {runs_root} is not writable; set output.runs_dir or XMCBENCH_HOME")
+
+
+def _check_encoder_lengths(recipe: Recipe) -> None:
+    """``encoder.max_length`` (and ``label_max_length``) must leave room for text beside the
+    tokenizer's special tokens; the encoder checks that when it is built, which is after the run
+    folder exists: checked here too, so a bad value leaves no failed run behind. Only the tokenizer
+    is read; one that cannot be read here is left to the run to report."""
+    if not METHODS.get(recipe.method.name).uses_encoder:
+        return
+    from xmcbench.encoders.text_encoder import check_room_for_text, resolve_model_path
+
+    enc = recipe.encoder
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(enc.name, enc.revision), revision=enc.revision)
+    except Exception:  # noqa: BLE001 - not downloadable offline, not installed: the run says it better
+        return
+    for what, length in (("encoder.max_length", enc.max_length), ("encoder.label_max_length", enc.label_max_length)):
+        if length is not None:
+            check_room_for_text(tokenizer, length, what, enc.name)
 
 
 def _check_synthetic_dataset(recipe: Recipe) -> None:

@@ -25,6 +25,7 @@ DDP); every rank reads the same files back and restores its own RNG state.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import time
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -40,6 +42,8 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import atomic_write, fsync_path, install_dir, remove_stale_temps, temp_path
 from xmcbench.train.distributed import all_gather_objects, barrier, get_rank, get_world_size, is_main, unwrap_model
 from xmcbench.train.precision import rng_state, set_rng_state
+
+log = logging.getLogger("xmcbench.train")
 
 FORMAT_VERSION = 1
 LATEST = "latest"
@@ -116,13 +120,18 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
     directory = Path(directory)
     pointer = directory / LATEST
     if not pointer.exists():
-        return None
-    name = pointer.read_text().strip()
+        # ``latest`` deleted by hand: a complete checkpoint folder still beats training from scratch
+        # (folders are renamed into place whole, so any that holds both files was finished).
+        found = _complete_checkpoints(directory)
+        if found:
+            log.warning("%s is missing; resuming from %s, the newest complete checkpoint", pointer, found[-1].name)
+        return found[-1] if found else None
+    name = pointer.read_text(encoding="utf-8", errors="replace").strip()
     path = directory / name
     if not _NAME.match(name) or not (path / STATE_FILE).is_file() or not (path / MODEL_FILE).is_file():
         raise XmcbenchError(
-            f"{pointer}: points to {name!r}, which is not a complete checkpoint; delete {pointer} "
-            "to start from scratch, or write the name of a complete checkpoint folder into it"
+            f"{pointer}: points to {name!r}, which is not a complete checkpoint; delete {directory} "
+            "to train this run again from its first epoch, or write the name of a complete checkpoint folder into it"
         )
     return path
 
@@ -148,8 +157,13 @@ def load_checkpoint(
         return None
     target = unwrap_model(model)
     device = next(iter(target.parameters()), torch.empty(0)).device
+    # Deleting only the damaged folder would leave ``latest`` pointing at nothing: name the whole
+    # checkpoint folder, whose removal makes the run train from its first epoch.
+    restart = f"delete {directory} to train this run again from its first epoch"
     try:
         load_model(target, str(path / MODEL_FILE), strict=True, device=str(device))
+    except SafetensorError as exc:  # cut short or overwritten: not a safetensors file any more
+        raise XmcbenchError(f"{path / MODEL_FILE}: damaged checkpoint ({exc}); {restart}") from None
     except RuntimeError as exc:
         raise XmcbenchError(
             f"{path / MODEL_FILE}: does not fit this model ({str(exc).splitlines()[0]}); "
@@ -159,7 +173,9 @@ def load_checkpoint(
         # RNG states must stay CPU tensors; the optimiser moves its state to the parameters itself.
         state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated or foreign file: say which one
-        raise XmcbenchError(f"{path / STATE_FILE}: cannot be read ({exc}); delete the checkpoint folder") from None
+        raise XmcbenchError(f"{path / STATE_FILE}: damaged checkpoint, cannot be read ({exc}); {restart}") from None
+    if not isinstance(state, dict):
+        raise XmcbenchError(f"{path / STATE_FILE}: damaged checkpoint (not a checkpoint's state); {restart}")
     if state.get("format") != FORMAT_VERSION:
         raise XmcbenchError(f"{path / STATE_FILE}: checkpoint format {state.get('format')} is not {FORMAT_VERSION}")
     world_size = get_world_size()
@@ -185,6 +201,18 @@ def load_checkpoint(
         "extra": _decode(state["extra"]),
         "path": path,
     }
+
+
+def _complete_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint folders holding both weight and state files, oldest first (by step, then epoch)."""
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _NAME.match(path.name)
+        if match and (path / STATE_FILE).is_file() and (path / MODEL_FILE).is_file():
+            found.append((int(match.group(2)), int(match.group(1)), path))
+    return [path for _, _, path in sorted(found)]
 
 
 def _prune(directory: Path, keep: int, newest: str) -> None:
