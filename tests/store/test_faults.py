@@ -334,29 +334,7 @@ def test_disk_full_at_the_lock_file_and_at_commit_name_the_run_directory(tmp_pat
         ):
             store.ingest_record(record_factory("r1"), "/r/1")
 
-    real_connect = duckdb.connect
-
-    class FailingCommit:
-        def __init__(self, con):
-            self.con = con
-
-        def execute(self, sql, *args):
-            if sql == "COMMIT":
-                raise duckdb.TransactionException(
-                    'TransactionContext Error: Failed to commit: Could not write file "x.wal": No space left on device'
-                )
-            return self.con.execute(sql, *args)
-
-        def close(self):
-            self.con.close()
-
-    monkeypatch.setattr(
-        duckdb,
-        "connect",
-        lambda path, read_only=False: (
-            real_connect(path, read_only=read_only) if read_only else FailingCommit(real_connect(path))
-        ),
-    )
+    _commits_fail_on_a_full_disk(monkeypatch)
     with pytest.raises(
         DatabaseWriteError,
         match=rf"cannot write to the results database {db} \(Failed to commit.*No space left on device\); the run directory /r/2",
@@ -564,30 +542,8 @@ def test_a_creation_cut_short_by_a_full_disk_is_no_database_and_a_writer_starts_
 
 
 def test_a_creation_whose_commit_the_disk_refuses_is_one_clear_error(tmp_path, monkeypatch):
-    real_connect = duckdb.connect
-
-    class FullAtCommit:  # DuckDB ends the transaction when its COMMIT fails, so a ROLLBACK then fails too
-        def __init__(self, con):
-            self.con = con
-
-        def execute(self, sql, *args):
-            if sql == "COMMIT":
-                self.con.execute("ROLLBACK")
-                raise duckdb.TransactionException(
-                    'TransactionContext Error: Failed to commit: Could not write file "x.wal": No space left on device'
-                )
-            return self.con.execute(sql, *args)
-
-        def close(self):
-            self.con.close()
-
-    monkeypatch.setattr(
-        duckdb,
-        "connect",
-        lambda path, read_only=False: (
-            real_connect(path, read_only=read_only) if read_only else FullAtCommit(real_connect(path))
-        ),
-    )
+    # DuckDB ends the transaction when its COMMIT fails, so a ROLLBACK then fails too
+    _commits_fail_on_a_full_disk(monkeypatch, ends_transaction=True)
     db = tmp_path / "results.duckdb"
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -644,3 +600,32 @@ def test_two_ingests_repairing_at_once_set_the_file_aside_once(filled_db, tmp_pa
     with Store.open(filled_db, read_only=True) as store:
         store.verify()
         assert {r["run_id"] for r in store.runs()} == {"run0", "run1", "run2"}
+
+
+def _commits_fail_on_a_full_disk(monkeypatch, ends_transaction: bool = False) -> None:
+    """Every writing connection's COMMIT fails as DuckDB's does when the disk is full."""
+    real_connect = duckdb.connect
+
+    class FullAtCommit:
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, sql, *args):
+            if sql == "COMMIT":
+                if ends_transaction:
+                    self.con.execute("ROLLBACK")
+                raise duckdb.TransactionException(
+                    'TransactionContext Error: Failed to commit: Could not write file "x.wal": No space left on device'
+                )
+            return self.con.execute(sql, *args)
+
+        def close(self):
+            self.con.close()
+
+    monkeypatch.setattr(
+        duckdb,
+        "connect",
+        lambda path, read_only=False: (
+            real_connect(path, read_only=read_only) if read_only else FullAtCommit(real_connect(path))
+        ),
+    )
