@@ -82,3 +82,13 @@ def test_k_beyond_the_label_count_is_named_before_training(tmp_path, monkeypatch
         result = run_recipe(load_recipe(path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
     assert "evaluation.k 61, 80: more than the 60 labels of synth-phases" in seen[0]
     assert "P@80" in result.scores  # kept
+
+
+@pytest.mark.parametrize(("epochs", "said"), [(0, True), (1, False)])
+def test_a_supervised_method_given_no_epochs_says_it_will_not_train(tmp_path, monkeypatch, caplog, epochs, said):
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.replace("supervision: {mode: zero_shot}", f"training: {{epochs: {epochs}}}"))
+    monkeypatch.setattr(TfidfMethod, "requires_labels", True)  # stands in for DEXML / UniDEC / PRIME
+    with caplog.at_level(logging.WARNING, logger="xmcbench.run"):
+        run_recipe(load_recipe(path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
+    assert ("training.epochs is 0: tfidf takes no training step" in caplog.text) is said

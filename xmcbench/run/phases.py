@@ -184,6 +184,11 @@ def train(recipe: Recipe, data: EvalData, ctx: RunContext, done: list[str], is_m
     method_cls = METHODS.get(recipe.method.name)
     if method_cls.requires_labels and recipe.supervision.mode == "zero_shot":
         raise XmcbenchError(f"method {recipe.method.name} needs training labels; it cannot run zero_shot")
+    if method_cls.requires_labels and recipe.training.epochs == 0:  # the supervised methods train for epochs
+        log.warning(
+            "training.epochs is 0: %s takes no training step; its scores are those of the encoder it starts from",
+            recipe.method.name,
+        )
     method = method_cls(recipe.method_config(), recipe)
     model_dir = ctx.checkpoint_dir / MODEL_DIR
     if "train" in done and model_dir.exists():
