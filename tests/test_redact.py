@@ -46,6 +46,12 @@ def test_publishable_cuts_local_paths_and_leaves_urls_and_fractions():
         ("encoder: {name: /home/x/enc, max_length: 16}\n", "encoder: {name: <local>/enc, max_length: 16}\n"),
         ("a: /x/y\nb: /z/w\n", "a: <local>/y\nb: <local>/w\n"),
         ("k: a/b\nurl: https://h.co/a/b\nP@1: 30/40\n", "k: a/b\nurl: https://h.co/a/b\nP@1: 30/40\n"),
+        ("error: cannot open '/Users/Alice Smith/data.npz'", "error: cannot open '<local>/data.npz'"),
+        ('encs: ["/Users/Alice Smith/bert", x]', 'encs: ["<local>/bert", x]'),
+        ("m: {name: '/home/Alice Smith/bert'}", "m: {name: '<local>/bert'}"),
+        ('enc: "/Users/Alice O\'Brien/bert"', 'enc: "<local>/bert"'),
+        ("/home/u/a.txt and /home/u/b.txt are missing", "<local>/a.txt and <local>/b.txt are missing"),
+        ("train loss - / not computed", "train loss - / not computed"),
     ],
 )
 def test_publishable_cuts_file_urls_and_paths_with_spaces(text, published):

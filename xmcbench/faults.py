@@ -19,6 +19,8 @@ from __future__ import annotations
 import errno
 from collections.abc import Iterator
 
+from xmcbench.errors import XmcbenchError
+
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 NOT_WRITABLE_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
@@ -45,10 +47,18 @@ def exception_chain(exc: BaseException | None, context: bool = True) -> Iterator
         exc = exc.__cause__ or (exc.__context__ if context else None)
 
 
+def _foreign(exc: BaseException) -> bool:
+    """An error whose words may be read for the operating system's: not xmcbench's own messages,
+    which say "permission denied" of other things (a Google Drive file not shared publicly)."""
+    return not isinstance(exc, XmcbenchError)
+
+
 def disk_full(exc: BaseException) -> bool:
     """The disk (or the user's quota) is full: freeing space is the fix."""
     if isinstance(exc, OSError) and exc.errno is not None:
         return exc.errno in DISK_FULL_ERRNOS
+    if not _foreign(exc):
+        return False
     text = str(exc).lower()
     return any(word in text for word in _FULL_WORDS)
 
@@ -57,6 +67,8 @@ def cannot_write(exc: BaseException) -> bool:
     """The operating system refused a write: a full disk, a read-only file system, no permission."""
     if isinstance(exc, OSError) and exc.errno is not None:
         return exc.errno in DISK_FULL_ERRNOS + NOT_WRITABLE_ERRNOS
+    if not _foreign(exc):
+        return False
     text = str(exc).lower()
     return any(word in text for word in _FULL_WORDS + _NOT_WRITABLE_WORDS)
 

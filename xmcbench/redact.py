@@ -23,10 +23,13 @@ _URL = re.compile(r"https?://[^\s'\"]+")
 # the middle of a word or fraction ("A/B", "1/2"); it ends at white space, quotes or brackets
 _LOCAL_PATH = re.compile(r"(?<![\w:/.~-])(?<!<local>)~?/[^\s'\"`<>()\[\]{},;|/][^\s'\"`<>()\[\]{},;|]*")
 LOCAL = "<local>"
-_WHOLE_PATH = re.compile(r"~?/[^\n/][^\n]*\Z")
+# a value that is one path, spaces and all: "/Users/Alice Smith/bert" (not "/a and /b", not "/ 5")
+_WHOLE_PATH = re.compile(r"~?/[^\s/](?:(?! /)[^\n])*\Z")
+# a quoted path anywhere: "… '/Users/Alice Smith/data.npz'", ["/home/a b/bert", x]
+_QUOTED_PATHS = (re.compile(r'(")(?P<path>~?/[^\s"/][^\n"]*)(")'), re.compile(r"(')(?P<path>~?/[^\s'/][^\n']*)(')"))
 _FILE_URL = re.compile(r"file://[^\s'\"`<>]+")
 # a YAML value that is a path to the end of its line, quoted or not: "key: /a b/c", "- '/a b/c'"
-_YAML_PATH_VALUE = re.compile(r"""(?m)((?:^|:|-)[ \t]+(['"]?))(?P<path>~?/[^\n'"#/][^\n'"#]*?)(\2[ \t]*(?:#.*)?)$""")
+_YAML_PATH_VALUE = re.compile(r"""(?m)((?:^|:|-)[ \t]+(['"]?))(?P<path>~?/[^\s'"#/][^\n'"#]*?)(\2[ \t]*(?:#.*)?)$""")
 _MIN_SECRET_LEN = 8  # shorter environment values ("1", "true") would mask ordinary words
 
 
@@ -81,6 +84,8 @@ def _cut_paths(text: str) -> str:
     if _WHOLE_PATH.match(text):  # a value that is one path, spaces and all ("/Users/Alice Smith/bert")
         return f"{LOCAL}/{text.rstrip('/').rsplit('/', 1)[-1]}"
     text = _FILE_URL.sub(_local_path, text)
+    for quoted in _QUOTED_PATHS:
+        text = quoted.sub(lambda m: m.group(1) + _local_path(m, "path") + m.group(3), text)
     text = _YAML_PATH_VALUE.sub(lambda m: m.group(1) + _local_path(m, "path") + m.group(4), text)
     return _LOCAL_PATH.sub(_local_path, text)
 

@@ -280,6 +280,8 @@ def test_another_source_for_verified_files_says_it_is_unused_and_force_fetches_i
     raw = paths.dataset_raw_dir("Served-1K")
     assert {n: (raw / n).read_bytes() for n in LF_FILES} == files
     assert invoke("verify", "Served-1K").exit_code == 0
+    again = invoke("download", "Served-1K", "--source", mirror, "--no-prepare", "--quiet")
+    assert "--source was not used" not in again.output  # the manifest now names the mirror
 
 
 def test_force_from_a_mirror_with_other_files_keeps_the_verified_ones(served, server):

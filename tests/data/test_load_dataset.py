@@ -160,3 +160,23 @@ def test_current_cache_is_read_without_the_lock_and_a_damaged_one_is_named(monke
         match=r"not downloaded here and its prepared cache in .* is damaged \(train.text.bin is missing\); run",
     ):
         load_dataset("LF-AmazonTitles-131K", progress=False)
+
+
+def test_a_synthetic_dataset_never_replaces_a_local_one_of_the_same_name(tmp_path, monkeypatch):
+    import json
+
+    from xmcbench.data import make_synthetic_spec
+    from xmcbench.data.catalog import local_spec_path, save_local_spec
+    from xmcbench.data.load import synthetic_conflict
+
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path))
+    mine = save_local_spec(make_synthetic_spec("mydata", n_labels=20, n_train=30, n_test=10))
+    assert mine == local_spec_path("mydata")
+    text = json.loads(mine.read_text())
+    text.pop("synthetic", None)  # the user's own dataset: no generator parameters
+    mine.write_text(json.dumps(text))
+    before = mine.read_text()
+    assert "local dataset of yours" in synthetic_conflict("mydata", {"labels": 20, "train": 30, "test": 10})
+    with pytest.raises(XmcbenchError, match="already exists with other parameters"):
+        load_dataset("mydata", synthetic={"labels": 20, "train": 30, "test": 10}, progress=False)
+    assert mine.read_text() == before

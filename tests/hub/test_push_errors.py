@@ -215,8 +215,8 @@ def test_out_built_before_is_rebuilt_and_an_unwritable_one_is_one_line(hub, run_
 
 
 def test_a_build_stopped_half_way_leaves_nothing_and_the_same_push_then_works(hub, run_copy, monkeypatch):
-    """The folder is built beside its place and moved in whole: a full disk or Ctrl-C half-way leaves no
-    half folder that the next push would refuse as not xmcbench's."""
+    """A full disk or Ctrl-C half-way leaves a folder the next push knows as its own (its marker file
+    stays) and builds again, even though no model.json was written yet."""
     import errno
 
     from xmcbench.hub import folder as hub_folder
@@ -233,7 +233,20 @@ def test_a_build_stopped_half_way_leaves_nothing_and_the_same_push_then_works(hu
     monkeypatch.setattr(hub_folder, "_write_st_config", real)
     built = xh.push_run(run_dir, "tester/x", dry_run=True)
     assert "xmcbench/model.json" in built.folder.files
-    assert not [p for p in built.folder.path.parent.iterdir() if p.name.endswith(".tmp")]
+    assert not (built.folder.path / hub_folder.BUILDING).exists()
+    assert all(hub_folder.BUILDING not in name for name in built.folder.files)
+
+
+def test_an_existing_out_is_built_in_place(hub, run_copy, tmp_path):
+    """A mount point, or a folder whose parent is not writable, cannot be replaced by a rename: the
+    upload is built inside the folder given, which keeps its owner and mode."""
+    run_dir = run_copy("dexml")
+    out = tmp_path / "mounted"
+    out.mkdir()
+    inode = out.stat().st_ino
+    xh.push_run(run_dir, "tester/x", dry_run=True, out=out)
+    again = xh.push_run(run_dir, "tester/x", dry_run=True, out=out)
+    assert out.stat().st_ino == inode and "README.md" in again.folder.files
 
 
 def test_a_git_clone_of_the_repo_is_never_rebuilt(hub, run_copy, tmp_path):

@@ -48,6 +48,18 @@ def test_a_damaged_trained_model_is_fitted_again_on_resume(tmp_path, monkeypatch
     assert result.scores["P@1"] > 0
 
 
+def test_a_bug_in_loading_the_trained_model_is_raised_not_refitted(tmp_path, monkeypatch):
+    """Only damage is refitted: a bug would otherwise cost a silent second training of hours."""
+    runs, run_dir = _interrupted_after_train(tmp_path, monkeypatch)
+
+    def buggy_load(self, folder):
+        raise AttributeError("'TfidfMethod' object has no attribute 'vocab'")
+
+    monkeypatch.setattr(TfidfMethod, "load", buggy_load)
+    with pytest.raises(AttributeError, match="no attribute 'vocab'"):
+        run_recipe(None, db=tmp_path / "r.duckdb", runs_dir=runs, resume=run_dir.name, progress=False)
+
+
 def test_damaged_predictions_are_made_again_on_resume(tmp_path, monkeypatch, caplog):
     path = tmp_path / "r.yaml"
     path.write_text(RECIPE)

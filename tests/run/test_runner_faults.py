@@ -298,6 +298,15 @@ def test_a_full_disk_reported_by_a_model_writer_is_the_same_one_line(tmp_path, m
         assert "free disk space" in str(caught.value) and "xmcbench run --resume" in str(caught.value)
 
 
+def test_xmcbench_own_error_naming_permissions_is_not_taken_for_the_disk(tmp_path, monkeypatch):
+    from xmcbench.errors import DownloadError
+
+    error = DownloadError("cannot download x: the file is not shared publicly (permission denied); give --source")
+    monkeypatch.setattr(TfidfMethod, "predict", lambda self, texts, k, ctx: (_ for _ in ()).throw(error))
+    with pytest.raises(DownloadError, match="not shared publicly"):
+        run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
+
+
 def test_an_interrupt_carries_the_run_id_for_the_resume_line(tmp_path, monkeypatch):
     monkeypatch.setattr(TfidfMethod, "predict", lambda self, texts, k, ctx: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt) as caught:

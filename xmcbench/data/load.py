@@ -124,7 +124,9 @@ def synthetic_conflict(name: str, params: dict[str, Any]) -> str | None:
     if not local_spec_path(name).exists():
         return None
     have, wanted = get_spec(name).synthetic, _synthetic_spec(name, params).synthetic
-    if have is None or have == wanted:
+    if have is None:  # the user's own local dataset: never overwritten by a synthetic one
+        return "it is a local dataset of yours, not a synthetic one"
+    if have == wanted:
         return None
     return "; ".join(
         f"{key} {have.get(key)!r} here, {wanted.get(key)!r} asked"

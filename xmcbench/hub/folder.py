@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.fsutil import atomic_write, install_dir, remove_stale_temps, temp_path, to_json
+from xmcbench.fsutil import atomic_write, to_json
 from xmcbench.redact import publishable
 
 FORMAT_VERSION = 1
@@ -93,8 +93,8 @@ def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_
     method = record["model"]["method"]
     model_dir = run_dir / "checkpoints" / "model"
     check_model_files(model_dir, method)
-    with staged_out_dir(out, owned=built_push_folder, keep=run_dir) as tmp:
-        files = _build(model_dir, method, record, recipe_text, tmp, card_text)
+    with staged_out_dir(out, owned=built_push_folder, keep=run_dir) as folder:
+        files = _build(model_dir, method, record, recipe_text, folder, card_text)
     return PushFolder(out.absolute(), files)
 
 
@@ -146,18 +146,21 @@ def _build(model_dir: Path, method: str, record: dict, recipe_text: str, out: Pa
     atomic_write(out / "record.json", to_json(publishable(record)) + "\n")
     atomic_write(out / "recipe.yaml", publishable(recipe_text))
     atomic_write(out / "README.md", card_text)
-    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != BUILDING)
+
+
+BUILDING = ".xmcbench-building"  # in an upload folder while it is being built; never uploaded
 
 
 @contextmanager
 def staged_out_dir(out: Path, owned: Callable[[Path], bool], keep: Path | None = None) -> Iterator[Path]:
-    """An empty folder beside ``out`` to build an upload in; put in place of ``out`` once whole.
+    """``out`` emptied to build an upload in, when it is new, empty, or a folder xmcbench built.
 
     ``out`` comes from the user (``--out``): a typo or ``--out .`` must never delete their files, the
-    run itself, or more (``--out /``). It may be new, empty, or a folder xmcbench built before
-    (``owned(out)``); anything else is refused untouched. The build goes into a temporary sibling, so
-    a build stopped half-way (a full disk, Ctrl-C) leaves ``out`` as it was and no half folder that a
-    later push would take for the user's.
+    run itself, or more (``--out /``); anything else that is not empty is refused untouched. The
+    folder is built in place (a mount point or a folder in a read-only parent works, and keeps its
+    owner and mode) under a marker file that stays if the build stops half-way (a full disk,
+    Ctrl-C), so the next push knows the half-built folder as its own and builds it again.
     """
     out = out.absolute()
     resolved = out.resolve()
@@ -165,24 +168,28 @@ def staged_out_dir(out: Path, owned: Callable[[Path], bool], keep: Path | None =
         keep = keep.resolve()
         if resolved == keep or resolved in keep.parents or keep in resolved.parents:
             raise XmcbenchError(f"--out {out} overlaps the run folder {keep}; give a folder outside the run")
-    tmp = temp_path(out)
     try:
         if out.is_symlink() or (out.exists() and not out.is_dir()):
             raise XmcbenchError(f"--out {out} exists and is not a folder; give a new or empty folder")
-        if out.is_dir() and any(out.iterdir()) and not owned(out):
-            raise XmcbenchError(
-                f"--out {out} is not empty and is not a folder xmcbench built; "
-                "give a new or empty folder (nothing in it was touched)"
-            )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temps(out.parent, of=out.name)  # builds killed before they could clean up
-        tmp.mkdir()
-        yield tmp
-        install_dir(tmp, out)
+        if out.is_dir() and any(out.iterdir()):
+            if not ((out / BUILDING).is_file() or owned(out)):
+                raise XmcbenchError(
+                    f"--out {out} is not empty and is not a folder xmcbench built; "
+                    "give a new or empty folder (nothing in it was touched)"
+                )
+        out.mkdir(parents=True, exist_ok=True)
+        (out / BUILDING).touch()
+        for entry in out.iterdir():  # an earlier build's files (this folder is xmcbench's)
+            if entry.name == BUILDING:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        yield out
+        (out / BUILDING).unlink()
     except OSError as exc:  # a full disk, a read-only --out: the user's to fix, not a bug
         raise XmcbenchError(f"cannot write the upload folder {out}: {exc.strerror or exc}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def built_push_folder(folder: Path) -> bool:

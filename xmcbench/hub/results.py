@@ -61,15 +61,15 @@ def push_results(
         require_token()
         hub_timeout()
     target = Path(out).expanduser() if out else paths.home() / "hub" / "results" / repo_id.replace("/", "--")
-    with staged_out_dir(target, owned=_built_results_folder) as tmp:
-        (tmp / RESULTS_DIR).mkdir()
+    with staged_out_dir(target, owned=_built_results_folder) as folder:
+        (folder / RESULTS_DIR).mkdir()
         for record in records:
             run_id = check_name(record["run_id"], "run id")
             text = to_json(publishable(record)) + "\n"
-            (tmp / RESULTS_DIR / f"{run_id}.json").write_text(text, encoding="utf-8")
-        (tmp / "README.md").write_text(_dataset_card(repo_id, len(records)), encoding="utf-8")
-        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
+            (folder / RESULTS_DIR / f"{run_id}.json").write_text(text, encoding="utf-8")
+        (folder / "README.md").write_text(_dataset_card(repo_id, len(records)), encoding="utf-8")
     target = target.absolute()
+    files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
     result = PushResult(
         repo_id,
         hub_url(repo_id, "dataset"),

@@ -195,9 +195,9 @@ def train(recipe: Recipe, data: EvalData, ctx: RunContext, done: list[str], is_m
         try:
             method.load(model_dir)
             return method
-        except MemoryError:  # not damage: fitting again would run out too
-            raise
-        except Exception as exc:  # noqa: BLE001 - cut short or deleted by hand: fitting again restores it
+        except Exception as exc:  # noqa: BLE001 - sorted just below: damage is refitted, anything else raised
+            if not _damaged_file(exc):
+                raise
             log.warning(
                 "the trained model in %s cannot be read (%s); fitting again from the last training checkpoint",
                 model_dir,
@@ -223,7 +223,9 @@ def predict(recipe: Recipe, method, data: EvalData, ctx: RunContext, done: list[
     if "predict" in done and pred_path.exists():
         try:
             return sparse.load_npz(pred_path).tocsr()
-        except Exception as exc:  # noqa: BLE001 - damaged by hand or a dying disk: predict again
+        except Exception as exc:  # noqa: BLE001 - sorted just below: damage is predicted again
+            if not _damaged_file(exc):
+                raise
             log.warning(
                 "%s cannot be read (%s); predicting again",
                 pred_path,
@@ -276,3 +278,21 @@ def evaluate(recipe: Recipe, preds: sparse.csr_matrix, data: EvalData, record: d
         )
         record["groups"] = {g: info["scores"] for g, info in groups.items()}
         record["group_sizes"] = {g: {"labels": info["labels"], "rows": info["rows"]} for g, info in groups.items()}
+
+
+def _damaged_file(exc: BaseException) -> bool:
+    """Whether loading failed because a file is missing, cut short or overwritten (fitting or
+    predicting again restores it), not because of a bug or a lack of memory, which would only
+    happen again after hours of training."""
+    import pickle
+    import zipfile
+
+    from safetensors import SafetensorError
+
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return False
+    damage = (OSError, EOFError, ValueError, KeyError, pickle.UnpicklingError, zipfile.BadZipFile, SafetensorError)
+    if isinstance(exc, (*damage, XmcbenchError)):
+        return True
+    # torch.load of a cut-short file: "PytorchStreamReader failed reading zip archive"
+    return isinstance(exc, RuntimeError) and "pytorchstreamreader" in str(exc).lower()

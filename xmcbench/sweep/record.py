@@ -66,7 +66,8 @@ def sweep_folder(sweep_id: str) -> Path:
 
 def sweep_lock(sweep_id: str):
     """Held while a sweep launches runs: the same sweep twice at once would start every run twice."""
-    return file_lock(_lock_path(sweep_id), timeout=0, what=f"sweep {sweep_id}")
+    # a second of patience: `sweep --status` holds a shared lock for microseconds while it looks
+    return file_lock(_lock_path(sweep_id), timeout=1, what=f"sweep {sweep_id}")
 
 
 def _lock_path(sweep_id: str) -> Path:
@@ -76,8 +77,8 @@ def _lock_path(sweep_id: str) -> Path:
 def sweep_running(sweep_id: str) -> bool | None:
     """Whether a process runs the sweep now (it holds ``sweep_lock``); None when that cannot be told.
 
-    Only looks: the lock file is opened read-only and asked for a shared lock, so ``--status`` works
-    on a read-only home and never makes the same sweep, started at that moment, find its lock taken.
+    Only looks: the lock file is opened read-only and asked for a shared lock (held for microseconds;
+    ``sweep_lock`` waits a second for it), so ``--status`` works on a read-only home.
     """
     try:
         import fcntl

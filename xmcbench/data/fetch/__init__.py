@@ -165,7 +165,8 @@ def _download_into(
                     f"(sha256 {prev['sha256'][:12]}…); the source changed or is a different version — "
                     f"delete {MANIFEST_NAME} to accept the new files"
                 )
-            entries[name] = prev or {
+            # the same bytes fetched again (--force, another mirror): they now come from here
+            entries[name] = {
                 "sha256": digest,
                 "size": path.stat().st_size,
                 "source": where,
