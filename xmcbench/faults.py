@@ -5,7 +5,8 @@ reported as one line that says what to do; anything else keeps its traceback. Ev
 xmcbench that writes (runs, the results database, the judgement cache, the CLI's last resort)
 asks these functions, so they agree on what counts as which.
 
-- ``exception_chain(exc)``: ``exc`` and the errors it came from.
+- ``exception_chain(exc)``: ``exc`` and the errors it came from; ``first_line(exc)``: its message's
+  first line, or its type's name when it has none (for one-line warnings).
 - ``disk_full(exc)`` / ``cannot_write(exc)``: the operating system refused a write (by errno, or in the
   words DuckDB, safetensors and torch pass on without one).
 - ``duckdb_conflict(exc)`` / ``duckdb_damaged(exc)``: another process holds the file; the file cannot
@@ -51,6 +52,10 @@ def _foreign(exc: BaseException) -> bool:
     """An error whose words may be read for the operating system's: not xmcbench's own messages,
     which say "permission denied" of other things (a Google Drive file not shared publicly)."""
     return not isinstance(exc, XmcbenchError)
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def disk_full(exc: BaseException) -> bool:

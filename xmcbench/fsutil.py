@@ -15,7 +15,6 @@ process that starts after a kill) sees the old file or the new one, never half o
 from __future__ import annotations
 
 import datetime as _dt
-import glob
 import hashlib
 import json
 import os
@@ -133,22 +132,17 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(
-    folder: str | os.PathLike, *, recursive: bool = False, only_dead: bool = True, of: str | None = None
-) -> list[Path]:
+def remove_stale_temps(folder: str | os.PathLike, *, recursive: bool = False, only_dead: bool = True) -> list[Path]:
     """Delete temp files and folders in ``folder`` whose writing process is dead; return them.
 
     ``only_dead=False`` removes every xmcbench temp there, for folders with one writer by design
     (a run's checkpoints, under the run's lock), where this process's own debris is stale too.
-    ``of``: only the temps of that one name (``temp_path(folder / of)``), for a folder that is the
-    user's, where other temps are none of this caller's business.
     """
     folder = Path(folder)
     if not folder.is_dir():
         return []
     removed = []
-    pattern = f".{glob.escape(of)}.*.tmp" if of is not None else ".*.tmp"
-    entries = folder.rglob(pattern) if recursive else folder.glob(pattern)
+    entries = folder.rglob(".*.tmp") if recursive else folder.glob(".*.tmp")
     for entry in list(entries):
         match = _TEMP.match(entry.name)
         if match is None or (only_dead and pid_alive(int(match["pid"]))):

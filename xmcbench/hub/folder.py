@@ -93,7 +93,7 @@ def build_folder(run_dir: Path, record: dict, recipe_text: str, out: Path, card_
     method = record["model"]["method"]
     model_dir = run_dir / "checkpoints" / "model"
     check_model_files(model_dir, method)
-    with staged_out_dir(out, owned=built_push_folder, keep=run_dir) as folder:
+    with building_out_dir(out, owned=built_push_folder, keep=run_dir) as folder:
         files = _build(model_dir, method, record, recipe_text, folder, card_text)
     return PushFolder(out.absolute(), files)
 
@@ -153,7 +153,7 @@ BUILDING = ".xmcbench-building"  # in an upload folder while it is being built; 
 
 
 @contextmanager
-def staged_out_dir(out: Path, owned: Callable[[Path], bool], keep: Path | None = None) -> Iterator[Path]:
+def building_out_dir(out: Path, owned: Callable[[Path], bool], keep: Path | None = None) -> Iterator[Path]:
     """``out`` emptied to build an upload in, when it is new, empty, or a folder xmcbench built.
 
     ``out`` comes from the user (``--out``): a typo or ``--out .`` must never delete their files, the

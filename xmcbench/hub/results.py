@@ -22,7 +22,7 @@ from xmcbench import paths
 from xmcbench.encoders.hub_ref import download_checkpoint, hub_endpoint
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import check_name, to_json
-from xmcbench.hub.folder import PushFolder, staged_out_dir
+from xmcbench.hub.folder import PushFolder, building_out_dir
 from xmcbench.hub.push import PushResult, check_repo_id, hub_timeout, hub_timeouts, hub_url, push_error, require_token
 from xmcbench.redact import publishable
 from xmcbench.store import Store, record_rows
@@ -61,7 +61,7 @@ def push_results(
         require_token()
         hub_timeout()
     target = Path(out).expanduser() if out else paths.home() / "hub" / "results" / repo_id.replace("/", "--")
-    with staged_out_dir(target, owned=_built_results_folder) as folder:
+    with building_out_dir(target, owned=_built_results_folder) as folder:
         (folder / RESULTS_DIR).mkdir()
         for record in records:
             run_id = check_name(record["run_id"], "run id")

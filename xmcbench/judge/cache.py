@@ -33,7 +33,7 @@ from typing import TypeVar
 import duckdb
 import numpy as np
 
-from xmcbench.faults import duckdb_conflict, duckdb_damaged
+from xmcbench.faults import duckdb_conflict, duckdb_damaged, first_line
 from xmcbench.fsutil import file_lock
 from xmcbench.judge.base import Judge, JudgeError, Prompt
 from xmcbench.paths import home
@@ -63,10 +63,6 @@ def default_cache_path() -> Path:
 
 class DamagedCacheError(JudgeError):
     """The judgement cache file cannot be read as a DuckDB database."""
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _retry(action: Callable[[], T], timeout_s: float) -> T:
@@ -103,7 +99,7 @@ class JudgementCache:
             "the judgement cache %s was damaged (%s); moved aside to %s, starting a fresh one "
             "(the judgements stored there will be asked again)",
             self.path,
-            _first_line(why),
+            first_line(why),
             aside,
         )
         return aside
@@ -149,7 +145,7 @@ class JudgementCache:
     def _cannot_write(self, exc: BaseException) -> str:
         if duckdb_conflict(exc):
             return f"the judgement cache {self.path} stayed locked by another process for {self.timeout_s:.0f} s"
-        why = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else _first_line(exc)
+        why = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else first_line(exc)
         return (
             f"cannot write the judgement cache {self.path} ({why}); nothing of this write was "
             "stored: free space or fix its permissions, or judge without the cache (cache: false, --no-cache)"
@@ -174,7 +170,7 @@ class JudgementCache:
         except duckdb.Error as exc:
             if duckdb_damaged(exc):
                 raise DamagedCacheError(
-                    f"the judgement cache {self.path} is damaged ({_first_line(exc)}); the next run that stores "
+                    f"the judgement cache {self.path} is damaged ({first_line(exc)}); the next run that stores "
                     "judgements moves it aside and starts a fresh one, or move it away yourself"
                 ) from None
             if duckdb_conflict(exc):
@@ -270,9 +266,9 @@ class JudgementCache:
         except duckdb.Error as exc:
             if duckdb_damaged(exc) and str(tmp) not in str(exc):  # the cache, not the file being written
                 raise DamagedCacheError(
-                    f"the judgement cache {self.path} is damaged ({_first_line(exc)}); nothing was exported"
+                    f"the judgement cache {self.path} is damaged ({first_line(exc)}); nothing was exported"
                 ) from None
-            raise JudgeError(f"cannot export to {out} ({_first_line(exc)}); nothing was written") from None
+            raise JudgeError(f"cannot export to {out} ({first_line(exc)}); nothing was written") from None
         except OSError as exc:
             raise JudgeError(f"cannot export to {out} ({exc}); nothing was written") from None
         finally:

@@ -19,6 +19,7 @@ from scipy import sparse
 from xmcbench import metrics
 from xmcbench.data import PreparedDataset, load_dataset
 from xmcbench.errors import XmcbenchError
+from xmcbench.faults import first_line
 from xmcbench.fsutil import atomic_output, install_dir, temp_path
 from xmcbench.methods import METHODS
 from xmcbench.methods.base import RunContext, TrainTask
@@ -201,7 +202,7 @@ def train(recipe: Recipe, data: EvalData, ctx: RunContext, done: list[str], is_m
             log.warning(
                 "the trained model in %s cannot be read (%s); fitting again from the last training checkpoint",
                 model_dir,
-                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                first_line(exc),
             )
             method = method_cls(recipe.method_config(), recipe)
     task = build_train_task(recipe, data.dataset, data.inv_prop, with_titles=getattr(method_cls, "uses_titles", False))
@@ -229,7 +230,7 @@ def predict(recipe: Recipe, method, data: EvalData, ctx: RunContext, done: list[
             log.warning(
                 "%s cannot be read (%s); predicting again",
                 pred_path,
-                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                first_line(exc),
             )
     k = recipe.evaluation.top_k
     filt = data.filter

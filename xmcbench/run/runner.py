@@ -34,7 +34,7 @@ import yaml
 from xmcbench import paths
 from xmcbench.encoders.hub_ref import resolved_revision
 from xmcbench.errors import XmcbenchError
-from xmcbench.faults import cannot_write, disk_full, exception_chain
+from xmcbench.faults import cannot_write, disk_full, exception_chain, first_line
 from xmcbench.fsutil import atomic_write, check_name, file_lock, remove_stale_temps, utc_now
 from xmcbench.methods import METHODS
 from xmcbench.methods.base import RunContext
@@ -191,7 +191,7 @@ def _write_refused(error: BaseException, run_dir: Path) -> tuple[str, object] | 
                 return cur.strerror, cur.filename or run_dir
             continue
         if cannot_write(cur):  # safetensors, DuckDB: the operating system's words, no errno
-            return ("No space left on device" if disk_full(cur) else _first_line(cur)), run_dir
+            return ("No space left on device" if disk_full(cur) else first_line(cur)), run_dir
         text = str(cur).lower()
         # torch.save on a full disk says only "[enforce fail at inline_container.cc] unexpected pos"
         if isinstance(cur, RuntimeError) and ("inline_container" in text or "pytorchstreamwriter" in text):
@@ -201,10 +201,6 @@ def _write_refused(error: BaseException, run_dir: Path) -> tuple[str, object] | 
             except OSError:
                 pass
     return None
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 # --------------------------------------------------------------------------------------------
