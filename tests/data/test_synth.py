@@ -13,7 +13,8 @@ from sklearn.preprocessing import normalize
 
 from xmcbench.data.catalog import LF_FILES
 from xmcbench.data.prepared import load_prepared, prepare
-from xmcbench.data.synth import make_synthetic_spec, make_words, synthesize
+from xmcbench.data.synth import make_synthetic_spec, synthesize
+from xmcbench.data.synth_words import make_words
 
 
 def test_files_and_format(synth_raw_dir, synth_params):

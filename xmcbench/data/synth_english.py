@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from xmcbench.data.synth_words import make_words
+
 MEMBERS_PER_LABEL = 2  # members of each of its labels a query names
 EXTRA_LABELS_MEAN = 0.5  # Poisson mean of a query's extra labels (at most MAX_EXTRA)
 MAX_EXTRA = 2
@@ -125,8 +127,6 @@ def _aliases(n: int, seed: int) -> list[str]:
     move), read from position 200 of the list (where seed 0's aliases, behind the measured smoke
     figures, come from); a few seeds make a real one ("luge" with seed 94), which is skipped.
     """
-    from xmcbench.data.synth import make_words  # synth imports this module
-
     taken = {w for _, category, members in lexicon() for text in (category, *members) for w in text.split(" ")}
     taken |= {w for filler in FILLERS for w in filler.split(" ")}
     words = make_words(n + 200 + len(taken), np.random.default_rng([seed, 1]))[200:]
