@@ -347,6 +347,29 @@ def test_maclr_is_planned_at_its_stage_one_step_and_its_step_counts():
     assert unset.steps == 200_000
 
 
+def test_maclr_times_each_stage_at_its_own_step_and_counts_its_encodings():
+    """A Stage II or fine-tuning step embeds one view of the batch's instances and their labels
+    (about half of Stage I's tokens here: one view, no label negatives); the K-means encodings (the first
+    and one per T_update steps of Stage I's first half), Stage II's pseudo-label encodings and the
+    final label table run outside the steps."""
+    from xmcbench.run.plan import TextLengths
+
+    lengths = TextLengths(100, 20, "", "")
+    p = plan_recipe(load_recipe("recipes/maclr.yaml"), lengths=lengths)
+    n, n_labels, b, m = p.n_train, p.n_labels, 256, 32
+    stage1_tokens = 2 * b * 100 + (b + m) * 20
+    pair_tokens = b * 100 + b * 20
+    stage1_only = plan_recipe(load_recipe("recipes/maclr.yaml", ["method.self_training=false"]), lengths=lengths)
+    stage1_step = stage1_only.step_s
+    assert p.step_s == pytest.approx((stage1_step + stage1_step * pair_tokens / stage1_tokens) / 2)
+    refreshes = (50_000 - 1) // 5_000  # steps 5,000 ... 45,000
+    encoded = (1 + refreshes) * n * 100 + (n * 100 + n_labels * 20) + n_labels * 20
+    token_s = stage1_step / (3 * stage1_tokens)
+    assert p.other_s == pytest.approx(encoded * token_s)
+    assert p.gpu_hours == pytest.approx((p.step_s * p.steps + p.other_s) / 3600)
+    assert "mean over its stages" in " ".join(p.notes)
+
+
 def test_maclr_contexts_are_not_measured_on_a_titles_only_dataset():
     """MACLR's contexts are title + body; on a dataset whose query texts are titles, those would
     understate them, so contexts (and titles and labels, never measured) count at max_length."""

@@ -575,9 +575,10 @@ def plan_recipe(
         memory["pool loss tensors (batch x pool, fp32)"] = LOGIT_TENSORS * batch * (batch + negatives) * 4 / GB
         step_tokens = tokens * 3
         notes.append(
-            "MACLR at its largest step, Stage I's: "
+            "MACLR's memory at its largest step, Stage I's: "
             + ("two dropout views of each context, titles, label negatives" if regularised else "contexts, titles")
-            + " (Stage II and fine-tuning steps hold less and are counted at this cost)"
+            + "; the step time shown is the mean over its stages (Stage II and fine-tuning steps hold one"
+            " view of a batch of instances and of their labels, no negatives)"
         )
     elif method in ("tfidf", "zero_shot"):
         memory = {"model (inference, fp32)": 4 * enc.params / GB, "label embeddings (fp32)": label_table}
@@ -628,12 +629,11 @@ def plan_recipe(
     step_s = flops / (g * tflops * 1e12 * utilisation)
     epochs = int(recipe.training.epochs)
     steps = epochs * math.ceil(n_train / batch) if method not in ("tfidf", "zero_shot") else 0
-    if method == "maclr":  # counted in steps, not epochs
-        zero_shot = recipe.supervision.mode == "zero_shot"
-        pretrains = zero_shot or bool(config.pretrain)  # zero-shot has nothing else to train on
-        steps = (int(config.stage1_steps) + int(config.stage2_steps) * bool(config.self_training)) * pretrains
-        steps += 0 if zero_shot else int(config.finetune_steps)
     other_s, judge = 0.0, None
+    if method == "maclr":  # counted in steps, not epochs
+        token_s = 2 * non_embedding / (g * tflops * 1e12 * utilisation)
+        steps, step_s, encoded = _maclr_work(recipe, config, n_train, n_labels, seq, label_seq, step_s, token_s)
+        other_s = encoded * token_s
     if lmtx is not None:
         steps, judge = lmtx.steps, lmtx.judge
         other_s = 2 * non_embedding * lmtx.encoded_tokens / (g * tflops * 1e12 * utilisation)
@@ -665,6 +665,36 @@ def plan_recipe(
         lengths=lengths,
         advice=_advice(method, regime, config),
     )
+
+
+def _maclr_work(
+    recipe, config, n_train: int, n_labels: int, seq: int, label_seq: int, stage1_step_s: float, token_s: float
+):
+    """MACLR's steps, their mean time, and the tokens it encodes without a graph.
+
+    Stage I's step is ``stage1_step_s``; ``token_s`` is the seconds of one token through the
+    encoder's forward pass (a step's backward costs two more). A Stage II or fine-tuning step embeds one
+    view of ``batch`` instances and their ``batch`` labels (instances counted at the contexts' length,
+    an upper bound where they are titles), forward and backward. Outside the steps: the K-means
+    encodings of every context (the first and each refresh in Stage I's first half), Stage II's
+    encoding of the instances and labels for its pseudo-labels, and the final label table."""
+    batch = int(recipe.training.batch_size)
+    zero_shot = recipe.supervision.mode == "zero_shot"
+    pretrains = zero_shot or bool(config.pretrain)  # zero-shot has nothing else to train on
+    stage1 = int(config.stage1_steps) * pretrains
+    stage2 = int(config.stage2_steps) * bool(config.self_training) * pretrains
+    finetune = 0 if zero_shot else int(config.finetune_steps)
+    steps = stage1 + stage2 + finetune
+    pair_step_s = (batch * seq + batch * label_seq) * 3 * token_s
+    mean_step_s = (stage1 * stage1_step_s + (stage2 + finetune) * pair_step_s) / steps if steps else stage1_step_s
+    encoded = n_labels * label_seq  # the final label table
+    if stage1 and config.clustering and n_train >= config.k0:
+        # Algorithm 1: re-clustered after every T_update-th step of Stage I's first half
+        refreshes = max(stage1 // 2 - 1, 0) // config.t_update
+        encoded += (1 + refreshes) * n_train * seq
+    if stage2:
+        encoded += n_train * seq + n_labels * label_seq
+    return steps, mean_step_s, encoded
 
 
 def _lmtx_work(config, n_train: int, n_labels: int, batch: int, lengths: TextLengths, judge_params, judge_flops_per_s):
