@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.metrics.validate import check_int, check_number
 
 __all__ = ["ratio", "bootstrap_ci", "paired_bootstrap_ci"]
 
@@ -60,16 +61,16 @@ def _replicate_sums(columns: list[np.ndarray], n_boot: int, seed: int) -> Iterat
         done += b
 
 
-def _check(numerators: np.ndarray, denominators: np.ndarray, n_boot: int, confidence: float):
+def _check(numerators: np.ndarray, denominators: np.ndarray, n_boot: int, seed: int, confidence: float):
     numerators = np.atleast_2d(np.asarray(numerators, dtype=np.float64).T).T
     denominators = np.atleast_2d(np.asarray(denominators, dtype=np.float64).T).T
     if numerators.shape != denominators.shape:
         raise ValueError(f"numerators {numerators.shape} and denominators {denominators.shape} differ in shape")
     if numerators.shape[0] == 0:
         raise XmcbenchError("cannot bootstrap over zero rows")
-    if n_boot < 1:
-        raise XmcbenchError(f"n_boot must be >= 1; got {n_boot}")
-    if not 0 < confidence < 1:
+    check_int(n_boot, "n_boot")
+    check_int(seed, "seed", low=0)  # numpy's generators take no negative seed
+    if not 0 < check_number(confidence, "confidence") < 1:
         raise XmcbenchError(f"confidence must be in (0, 1); got {confidence}")
     return numerators, denominators
 
@@ -88,7 +89,7 @@ def bootstrap_ci(
     Returns:
         (value, lo, hi), each (m,), as fractions (not percent).
     """
-    numerators, denominators = _check(numerators, denominators, n_boot, confidence)
+    numerators, denominators = _check(numerators, denominators, n_boot, seed, confidence)
     value = ratio(numerators.sum(axis=0), denominators.sum(axis=0))
     replicates = np.concatenate(
         [ratio(num, den) for num, den in _replicate_sums([numerators, denominators], n_boot, seed)]
@@ -112,8 +113,8 @@ def paired_bootstrap_ci(
     Both systems' components are (n_rows, m) over the same rows in the same order.
     Returns (difference, lo, hi), each (m,), as fractions.
     """
-    numerators_a, denominators_a = _check(numerators_a, denominators_a, n_boot, confidence)
-    numerators_b, denominators_b = _check(numerators_b, denominators_b, n_boot, confidence)
+    numerators_a, denominators_a = _check(numerators_a, denominators_a, n_boot, seed, confidence)
+    numerators_b, denominators_b = _check(numerators_b, denominators_b, n_boot, seed, confidence)
     if numerators_a.shape != numerators_b.shape:
         raise XmcbenchError(
             f"paired bootstrap needs both systems on the same rows and metrics; got {numerators_a.shape} "

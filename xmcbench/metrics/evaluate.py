@@ -78,6 +78,8 @@ def resolve_metrics(
             metrics = [metrics]
         wanted = set()
         for item in metrics:
+            if not isinstance(item, str):
+                raise XmcbenchError(f"bad metric {item!r}; name families like P or nDCG, or FAMILY@k like R@100")
             family, at, k_text = item.strip().partition("@")
             family = METRICS.canonical(family)  # did-you-mean error for typos
             if at:

@@ -9,7 +9,8 @@ training rows that carry label l, and dataset constants A and B::
 
 Labels never seen in training get the largest weight, 1 + C * B^(-A). The training labels are
 binarised (a stored non-zero is one annotation; repeats count once). Recommended (A, B): 0.55/1.5 by
-default, 0.6/2.6 for Amazon datasets, 0.5/0.4 for Wikipedia-500K (see the dataset registry).
+default, 0.6/2.6 for Amazon datasets, 0.5/0.4 for Wikipedia-500K (see the dataset registry). A < 0 is
+refused: it would weigh frequent labels more (A = 0 gives every label the same weight).
 This is napkinXC's ``Jain_et_al_inverse_propensity`` and pyxclib's ``compute_inv_propesity``.
 """
 
@@ -45,6 +46,8 @@ def inv_propensity(train_labels, A: float, B: float) -> np.ndarray:
             f"inverse propensities need at least 3 training rows (ln N > 1); got {n_rows}: give the whole "
             "training label matrix, or none for scores without PSP/PSnDCG"
         )
+    if A < 0:  # the weights would grow with the label's frequency: rare labels would count less
+        raise XmcbenchError(f"propensity A must be >= 0; got {A:g} (0.55 generic, 0.6 Amazon, 0.5 Wikipedia-500K)")
     if B <= 0 and A > 0:
         raise XmcbenchError(f"propensity B must be > 0 (labels with no training rows would divide by zero); got {B}")
     if B <= -1:

@@ -16,7 +16,8 @@ Conventions (shared by every metric, pyxclib/napkinXC-compatible):
   documented rule, not an accident of a sort). ``-0.0`` and ``0.0`` tie. float32 scores are
   compared exactly; float64 scores too (ranked by their 64-bit integer image with the few lowest
   mantissa bits given up to the position, then the rare rows where that merged distinct scores
-  are re-ranked exactly).
+  are re-ranked exactly). Any real dtype ranks exactly: float16 as float32, longdouble as itself,
+  integers and bools as float64 (integers beyond ±2^53, which float64 would merge, by their rank).
 * **Filter** pairs (the LF datasets' reciprocal/self pairs) are removed from the predictions
   *before* top-k, so the next prediction moves up. They are never removed from the ground truth.
 * **Rows with fewer than k predictions** simply have fewer ranked labels: the missing slots are
@@ -48,7 +49,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.metrics.validate import check_sparse, check_values
+from xmcbench.metrics.validate import check_int, check_sparse, check_values
 
 __all__ = ["RankedTruth", "as_predictions", "as_truth", "discounts", "find_in_rows", "rank_truth", "top_k"]
 
@@ -58,6 +59,7 @@ _LOW32 = np.int64(0xFFFFFFFF)
 _HIGH, _LOW = (1, 0) if np.little_endian else (0, 1)  # int32 halves of an int64, by memory order
 _CHUNK_ENTRIES = 1 << 23  # dense slots per chunk: 8M int64 keys = 64 MB
 _ORDER_STEP = 1 << 16  # float64 scores turned into keys per slice: 2 x 512 KB, within L2
+_EXACT_INT = 1 << 53  # integers up to this size are exact in float64
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,6 +69,7 @@ _ORDER_STEP = 1 << 16  # float64 scores turned into keys per slice: 2 x 512 KB, 
 def as_predictions(predictions, name: str = "predictions") -> sp.csr_matrix:
     """Predictions as a canonical float CSR (sorted labels, no repeats); dense arrays keep every entry."""
     if isinstance(predictions, np.ndarray):
+        predictions = np.asarray(predictions)  # np.matrix would ravel to a (1, n) matrix
         if predictions.ndim != 2:
             raise XmcbenchError(f"{name} must be a 2-D (queries x labels) score matrix; got shape {predictions.shape}")
         n, n_labels = predictions.shape
@@ -87,7 +90,7 @@ def as_predictions(predictions, name: str = "predictions") -> sp.csr_matrix:
             f"{name} must be a scipy.sparse matrix or a 2-D numpy array; got {type(predictions).__name__}"
         )
     if not np.issubdtype(matrix.dtype, np.floating):
-        matrix = matrix.astype(np.float64)
+        matrix = _integer_scores_as_float(matrix)
     if not matrix.has_canonical_format:
         matrix = matrix.copy()
         matrix.sort_indices()
@@ -102,13 +105,26 @@ def as_predictions(predictions, name: str = "predictions") -> sp.csr_matrix:
     return matrix
 
 
+def _integer_scores_as_float(matrix: sp.csr_matrix) -> sp.csr_matrix:
+    """Integer or bool scores as float64 in the same order: beyond 2^53, float64 would merge distinct
+    integers into ties, so such scores are replaced by their rank among the matrix's values (exact)."""
+    data = matrix.data
+    if data.size and data.dtype.kind in "iu" and (data.max() > _EXACT_INT or data.min() < -_EXACT_INT):
+        _, rank = np.unique(data, return_inverse=True)  # sorted distinct values: ties stay ties
+        return sp.csr_matrix((rank.astype(np.float64), matrix.indices, matrix.indptr), shape=matrix.shape)
+    return matrix.astype(np.float64)
+
+
 def as_truth(truth, name: str = "truth") -> sp.csr_matrix:
     """Ground truth as a canonical binary CSR: stored non-zeros are relevant, repeats count once."""
     if isinstance(truth, np.ndarray):
+        truth = np.asarray(truth)  # np.matrix would ravel to a (1, n) matrix
         if truth.ndim != 2:
             raise XmcbenchError(f"{name} must be a 2-D (queries x labels) matrix; got shape {truth.shape}")
         check_values(truth.ravel(), np.arange(truth.shape[0] + 1) * truth.shape[1], name, allow_inf=False)
-        matrix = sp.csr_matrix(truth)
+        # From the non-zero cells, not sp.csr_matrix(truth): scipy has no float16 matrices.
+        rows, cols = np.nonzero(truth)
+        matrix = sp.csr_matrix((np.ones(rows.size, dtype=np.float32), (rows, cols)), shape=truth.shape)
     elif sp.issparse(truth):
         matrix = check_sparse(truth, name)
     else:
@@ -421,8 +437,7 @@ def top_k(predictions, k: int, *, filter=None, chunk_entries: int = _CHUNK_ENTRI
     (remaining) predictions are padded with -1. A k so far above the number of labels that the
     padding alone would exceed ``chunk_entries`` slots is refused (XmcbenchError), not allocated.
     """
-    if k < 1:
-        raise XmcbenchError(f"k must be a positive integer; got {k}")
+    k = check_int(k, "k")
     predictions, _, removed = _prepare(predictions, None, filter)
     n, n_labels = predictions.shape
     if k > n_labels and n * (k - n_labels) > chunk_entries:  # only -1 padding past L: refuse an absurd amount
@@ -586,6 +601,34 @@ def _order_small(values: np.ndarray, bound: int) -> np.ndarray:
     return np.argsort(values.astype(dtype), kind="stable")
 
 
+def _check_weights(inv_propensity, n_labels: int) -> np.ndarray:
+    """(L,) float64 inverse propensities: finite, non-negative, one per label (a (1, L) or (L, 1) array is
+    accepted, as pyxclib ravels its argument; any other 2-D shape is a mistake, not a vector)."""
+    try:
+        weights = np.asarray(inv_propensity, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise XmcbenchError("inv_propensity must be an (L,) array of numbers") from None
+    if weights.ndim > 2 or (weights.ndim == 2 and min(weights.shape) > 1):
+        raise XmcbenchError(f"inv_propensity must be an (L,) array, one weight per label; got shape {weights.shape}")
+    weights = weights.ravel()
+    if weights.size != n_labels:
+        raise XmcbenchError(
+            f"inv_propensity has {weights.size} entries but there are {n_labels} labels; "
+            "compute it from the training labels of the same dataset"
+        )
+    if weights.size and not np.isfinite(weights).all():
+        raise XmcbenchError(
+            "inv_propensity has NaN or infinite weights; compute it with xmcbench.metrics.inv_propensity "
+            "from finite A and B"
+        )
+    if weights.size and weights.min() < 0:  # a negative weight would make PSP a signed sum, not a score
+        raise XmcbenchError(
+            f"inv_propensity has negative weights (label {int(np.argmin(weights))}: {weights.min():g}); "
+            "compute it with xmcbench.metrics.inv_propensity"
+        )
+    return weights
+
+
 def rank_truth(
     predictions,
     truth,
@@ -605,25 +648,11 @@ def rank_truth(
         inv_propensity: optional (L,) inverse propensities for the PS metrics.
         chunk_entries: dense slots per chunk (memory bound); tests shrink it to exercise chunking.
     """
-    if k_max < 1:
-        raise XmcbenchError(f"k must be a positive integer; got {k_max}")
+    k_max = check_int(k_max, "k")
     predictions, truth, removed = _prepare(predictions, truth, filter)
     n, n_labels = truth.shape
     if inv_propensity is not None:
-        try:
-            inv_propensity = np.asarray(inv_propensity, dtype=np.float64).ravel()
-        except (TypeError, ValueError):
-            raise XmcbenchError("inv_propensity must be an (L,) array of numbers") from None
-        if inv_propensity.size and not np.isfinite(inv_propensity).all():
-            raise XmcbenchError(
-                "inv_propensity has NaN or infinite weights; compute it with xmcbench.metrics.inv_propensity "
-                "from finite A and B"
-            )
-        if inv_propensity.size != n_labels:
-            raise XmcbenchError(
-                f"inv_propensity has {inv_propensity.size} entries but there are {n_labels} labels; "
-                "compute it from the training labels of the same dataset"
-            )
+        inv_propensity = _check_weights(inv_propensity, n_labels)
 
     n_true = np.diff(truth.indptr).astype(np.int64)
     true_row = np.repeat(np.arange(n, dtype=np.int64), n_true)

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 from xmcbench.errors import DataFormatError
 
-__all__ = ["check_number", "check_sparse", "check_values"]
+__all__ = ["check_int", "check_number", "check_sparse", "check_values"]
 
 
 def _fail(name, problem: str) -> DataFormatError:
@@ -133,6 +133,17 @@ def check_values(data: np.ndarray, indptr: np.ndarray, name, *, allow_inf: bool)
     )
 
 
+def _widen_half(matrix, structure: tuple[np.ndarray, np.ndarray]):
+    """``matrix`` with float16 values made float32 (exact): scipy's compiled routines (sort_indices,
+    tocsr, even copy) refuse float16, which numpy saves and scipy loads without complaint."""
+    if np.asarray(matrix.data).dtype != np.float16:
+        return matrix
+    data = np.asarray(matrix.data, dtype=np.float32)
+    if matrix.format == "coo":
+        return type(matrix)((data, structure), shape=matrix.shape)
+    return type(matrix)((data, *structure), shape=matrix.shape)
+
+
 def check_sparse(matrix, name, *, allow_inf: bool = False, allow_repeats: bool = True) -> sp.csr_matrix:
     """``matrix`` (any scipy.sparse format) as a CSR, after checking its structure and values.
 
@@ -145,8 +156,10 @@ def check_sparse(matrix, name, *, allow_inf: bool = False, allow_repeats: bool =
         raise _fail(name, f"expected a scipy.sparse matrix; got {type(matrix).__name__}")
     if matrix.format in ("csr", "csc"):
         _check_compressed(matrix, name)
+        matrix = _widen_half(matrix, (matrix.indices, matrix.indptr))
     elif matrix.format == "coo":
         _check_coo(matrix, name)
+        matrix = _widen_half(matrix, (matrix.row, matrix.col))
     else:
         _shape(matrix, name)
         try:  # dok/lil/dia/bsr: let scipy rebuild it, then check the CSR it builds
@@ -172,3 +185,11 @@ def check_number(value, name: str, *, low: float | None = None, low_open: bool =
         bound = "" if low is None else f" {'>' if low_open else '>='} {low:g}"
         raise _fail(name, f"must be a finite number{bound}; got {value!r}")
     return number
+
+
+def check_int(value, name: str, *, low: int = 1) -> int:
+    """``value`` as an int of at least ``low``; else one clear error (bools, floats and strings are refused)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= low:
+        return int(value)
+    what = {0: "a non-negative integer", 1: "a positive integer"}.get(low, f"an integer >= {low}")
+    raise _fail(name, f"must be {what}; got {value!r}")
