@@ -81,9 +81,9 @@ class Repo:
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, message: str, code: str | None = None):
+    def __init__(self, status: int, message: str, code: str | None = None, headers: dict | None = None):
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.status, self.message, self.code, self.headers = status, message, code, dict(headers or {})
 
 
 class FakeHub:
@@ -96,6 +96,7 @@ class FakeHub:
         self.requests: list[dict] = []
         self.validated: list[str] = []  # README contents checked by /api/validate-yaml
         self._faults: dict[str, list[int]] = {}
+        self._fault_headers: dict[str, dict[str, str]] = {}
         self._lock = threading.RLock()
         hub = self
 
@@ -141,13 +142,15 @@ class FakeHub:
         self.stop()
 
     # -- test helpers --------------------------------------------------------------------------
-    def fail(self, kind: str, status: int = 500, times: int = 1, after: int = 0) -> None:
-        """Let ``after`` requests of ``kind`` through, then answer the next ``times`` with ``status``.
+    def fail(self, kind: str, status: int = 500, times: int = 1, after: int = 0, headers: dict | None = None) -> None:
+        """Let ``after`` requests of ``kind`` through, then answer the next ``times`` with ``status``
+        (and ``headers``, e.g. ``{"Retry-After": "9"}``).
 
         ``after=1`` on "lfs-upload" interrupts a push mid-upload: one object arrived, the rest did not.
         """
         with self._lock:
             self._faults.setdefault(kind, []).extend([0] * after + [status] * times)
+            self._fault_headers[kind] = dict(headers or {})
 
     def files(self, repo_id: str, repo_type: str = "model", revision: str = "main") -> dict[str, bytes]:
         repo = self.repos[(repo_type, repo_id)]
@@ -175,7 +178,7 @@ class FakeHub:
             status, headers, payload = self._route(h, method, path, query, body)
         except _HttpError as err:
             status = err.status
-            headers = {"X-Error-Message": err.message, "Content-Type": "application/json"}
+            headers = {**err.headers, "X-Error-Message": err.message, "Content-Type": "application/json"}
             if err.code:
                 headers["X-Error-Code"] = err.code
             payload = json.dumps({"error": err.message}).encode()
@@ -197,7 +200,7 @@ class FakeHub:
             if pending:
                 status = pending.pop(0)
                 if status:  # 0: a request let through before the failure
-                    raise _HttpError(status, f"simulated failure of {kind}")
+                    raise _HttpError(status, f"simulated failure of {kind}", headers=self._fault_headers.get(kind))
 
     def _user(self, h: BaseHTTPRequestHandler, required: bool) -> str | None:
         auth = h.headers.get("Authorization")

@@ -291,12 +291,14 @@ def test_pushed_files_hold_no_local_paths(hub, run_copy, tiny_encoder_dir, tmp_p
     assert loaded.predict(["a query"], k=3).shape[0] == 1
 
 
-def _stall(hub, what: str, release):
-    """The fake Hub answers ``what`` requests with silence (``release`` ends it) or a dropped connection."""
-    handle = hub._handle
+def _stall(hub, what: str, release, where: str = "/commit/") -> list[str]:
+    """The fake Hub answers requests whose path holds ``where`` with silence (``release`` ends it) or a
+    dropped connection; returns the paths it did that to, as they come."""
+    handle, hit = hub._handle, []
 
     def handler(h, method):
-        if "/commit/" in h.path:
+        if where in h.path:
+            hit.append(h.path)
             if what == "silence":
                 release.wait(30)
             else:
@@ -305,6 +307,7 @@ def _stall(hub, what: str, release):
         return handle(h, method)
 
     hub._handle = handler
+    return hit
 
 
 @pytest.mark.parametrize("what", ["silence", "dropped"])
@@ -324,15 +327,70 @@ def test_a_stalled_or_dropped_hub_ends_in_one_line_not_a_hang(hub, run_copy, mon
     text = _one_line(exc)
     assert ("did not answer within 1 s" if what == "silence" else "connection to the Hub broke off") in text
     assert "XMCBENCH_HUB_TIMEOUT" in text or what == "dropped"
+    assert hub.url in text  # where it went: the address, never the token (checked by _one_line)
     assert "run the same push again" in text and xh.pushes(run_dir) == []
 
 
-def test_the_timeout_is_put_back_after_a_push(hub, run_copy):
+@pytest.mark.parametrize(
+    ("what", "timeout", "said"),
+    [
+        ("silence", "1", "did not answer within 1 s"),
+        ("dropped", "2", "kept failing for 2 s (last: "),
+        ("retry-after", "3", "answered HTTP 503 and asked to wait 9 s, longer than XMCBENCH_HUB_TIMEOUT (3 s)"),
+    ],
+)
+def test_an_upload_the_hub_stalls_is_not_retried_past_the_timeout(hub, run_copy, monkeypatch, what, timeout, said):
+    """huggingface_hub tries an LFS upload 6 times, with pauses of 1-8 s or what Retry-After says: a
+    stalled Hub cost 6 timeouts and more (29 s at 1 s). The push ends within XMCBENCH_HUB_TIMEOUT
+    (plus at most one pause), so an object is tried once when silent, a few times when dropped."""
+    import threading
+
+    monkeypatch.setenv("XMCBENCH_HUB_TIMEOUT", timeout)
+    release, handle = threading.Event(), hub._handle
+    if what == "retry-after":
+        hub.fail("lfs-upload", 503, times=99, headers={"Retry-After": "9"})
+        hit: list[str] = []
+    else:
+        hit = _stall(hub, what, release, where="/lfs-objects/")
+    run_dir = run_copy("dexml")
+    try:
+        with pytest.raises(XmcbenchError) as exc:
+            xh.push_run(run_dir, "tester/stalled-upload")
+    finally:
+        release.set()
+    text = _one_line(exc)
+    assert f"cannot push run {run_dir.name} to tester/stalled-upload: the Hub at {hub.url} {said}" in text
+    assert "run the same push again" in text and xh.pushes(run_dir) == []
+    if what == "retry-after":
+        hit = [r["path"] for r in hub.requests if r["method"] == "PUT"]
+    tries = {path: hit.count(path) for path in hit}
+    assert tries and max(tries.values()) <= (1 if what != "dropped" else 3), tries  # 6 without the bound
+
+    hub._handle = handle  # the Hub is back: the next push is not held by the last one's stall
+    hub._faults.clear()
+    xh.push_run(run_dir, "tester/stalled-upload")
+    assert len(xh.pushes(run_dir)) == 1
+
+
+def test_push_results_ends_when_the_hub_asks_to_wait_past_the_timeout(hub, trained, tmp_path, monkeypatch):
+    monkeypatch.setenv("XMCBENCH_HUB_TIMEOUT", "3")
+    hub.fail("preupload", 429, times=99, headers={"Retry-After": "3600"})  # huggingface_hub would sleep 1 h
+    with pytest.raises(XmcbenchError) as exc:
+        xh.push_results("tester/res", db=trained["db"], out=tmp_path / "res")
+    assert f"the Hub at {hub.url} answered HTTP 429 and asked to wait 3600 s" in _one_line(exc)
+    assert "run push-results again" in str(exc.value)
+    assert sum("/preupload/" in r["path"] for r in hub.requests) == 1
+
+
+def test_the_timeout_is_put_back_after_a_push(hub, run_copy, monkeypatch):
+    import huggingface_hub.constants as c
     from huggingface_hub.utils import _http
 
     before = _http._GLOBAL_CLIENT_FACTORY
+    monkeypatch.setattr(c, "HF_HUB_DISABLE_XET", False)  # Xet is off during a push (the fake Hub has no Xet)
     xh.push_run(run_copy("dexml"), "tester/timeouts")
     assert _http._GLOBAL_CLIENT_FACTORY is before  # a library user's own client settings are left alone
+    assert c.HF_HUB_DISABLE_XET is False
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "inf"])

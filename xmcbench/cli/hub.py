@@ -64,9 +64,9 @@ def push(
     """Push a finished run's trained model (sentence-transformers folder + method parts), model card, record and recipe.
 
     The token is taken like huggingface_hub takes it: HF_TOKEN, or the login stored by `hf auth login`.
-    A request the Hub does not answer within XMCBENCH_HUB_TIMEOUT seconds (default 60) fails, so a stalled
-    Hub ends the push with an error instead of hanging (huggingface_hub retries an upload's requests a
-    few times first); run the same push again to finish it.
+    A Hub that gives no usable answer for XMCBENCH_HUB_TIMEOUT seconds (default 60), retries included,
+    ends the push with an error instead of hanging (at most 8 s later, a pause between tries); run the
+    same push again to finish it.
     """
     from xmcbench.hub import push_run
 

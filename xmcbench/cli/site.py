@@ -13,7 +13,14 @@ from xmcbench.cli._common import console, err_console, handle_errors
 
 @handle_errors
 def site(
-    out: Annotated[str, typer.Option("--out", "-o", help="Folder to write the pages into (created if needed).")],
+    out: Annotated[
+        str,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder of the site: new, empty, or one an earlier `xmcbench site` wrote (replaced whole).",
+        ),
+    ],
     dataset: Annotated[
         list[str] | None,
         typer.Option(

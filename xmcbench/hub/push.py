@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from pathlib import Path
 from xmcbench import paths
 from xmcbench.encoders.hub_ref import http_cause, hub_endpoint, hub_error_message
 from xmcbench.errors import XmcbenchError
-from xmcbench.faults import network_failure
+from xmcbench.faults import exception_chain, network_failure
 from xmcbench.fsutil import check_name, file_lock, utc_now, write_json
 from xmcbench.hub.card import render_card
 from xmcbench.hub.folder import PushFolder, build_folder, check_model_files
@@ -94,7 +96,12 @@ def require_token() -> None:
 
 
 def hub_timeout() -> float:
-    """Seconds to wait for the Hub to answer a request (``XMCBENCH_HUB_TIMEOUT``, default 60)."""
+    """Seconds the Hub may stay silent, or keep failing, before a push ends (``XMCBENCH_HUB_TIMEOUT``, default 60).
+
+    It bounds each request (no answer within it: the request fails) and each request's retries
+    together (see ``hub_timeouts``), so a push whose Hub stops answering ends within it, plus at most
+    one of huggingface_hub's pauses between tries (8 s).
+    """
     text = os.environ.get(TIMEOUT_ENV, "").strip()
     if not text:
         return DEFAULT_TIMEOUT_S
@@ -109,39 +116,218 @@ def hub_timeout() -> float:
 
 @contextmanager
 def hub_timeouts() -> Iterator[float]:
-    """huggingface_hub's client waits forever for an answer: a Hub that stalls must end a push with an
-    error, not hang it. Its client factory gets a timeout for the push and is put back afterwards."""
+    """Bound what a push waits for: huggingface_hub's client waits forever for an answer, and retries a
+    request that timed out, lost its connection or got 408/429/5xx five times more with pauses of up to
+    8 s (``http_backoff``'s ``max_retries=5``, which has no setting) or as long as a ``Retry-After``
+    says; a stalled Hub then cost 6 timeouts and more.
+
+    For the push, the client factory makes clients with the timeout and a transport that stops the
+    retries: once one request has had no usable answer for ``hub_timeout()`` seconds (its first try
+    timing out is that), it and every later request of the push raise ``HubStalled``, which the
+    client does not retry. Xet uploads are switched off (LFS instead): hf_xet's own client has its
+    own retries (HF_XET_CLIENT_RETRY_MAX_DURATION, 6 min) that this bound would not reach. Both are
+    put back afterwards.
+    """
     import huggingface_hub
+    import huggingface_hub.constants as hf_constants
     from huggingface_hub.utils import _http
 
     seconds = hub_timeout()
+    guard = _StallGuard(seconds)
     previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
 
     def factory():
         client = previous()
         client.timeout = seconds
+        _guard_transports(client, guard)
         return client
 
+    xet = hf_constants.HF_HUB_DISABLE_XET
     huggingface_hub.set_client_factory(factory)
+    hf_constants.HF_HUB_DISABLE_XET = True
     try:
         yield seconds
     finally:
+        hf_constants.HF_HUB_DISABLE_XET = xet
         huggingface_hub.set_client_factory(previous)
+
+
+class HubStalled(Exception):
+    """The Hub gave no usable answer for the push's timeout. Not an httpx2 error, so that
+    huggingface_hub raises it at once instead of trying again."""
+
+    def __init__(self, origin: str, seconds: float, last: str, wait: float | None = None):
+        super().__init__(f"the Hub at {origin} gave no usable answer for {seconds:g} s ({last})")
+        self.origin, self.seconds, self.last, self.wait = origin, seconds, last, wait
+
+
+RETRIED_STATUSES = (408, 429, 500, 502, 503, 504)  # what huggingface_hub's http_backoff tries again
+
+
+def _origin(url) -> str:
+    """scheme://host[:port] of a request: where it went, without credentials, path or (signed) query."""
+    host = f"[{url.host}]" if ":" in url.host else url.host  # an IPv6 address
+    return f"{url.scheme}://{host}{f':{url.port}' if url.port else ''}"
+
+
+class _StallGuard:
+    """What the requests of one push have seen: since when each request (method, URL) has had no usable
+    answer and what the last one was, and whether the push has stalled. Shared by the client's
+    transports (uploads run in threads)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._failing: dict[tuple[str, str], tuple[float, str]] = {}
+        self._lock = threading.Lock()
+        self._stalled: HubStalled | None = None
+
+    def before(self, request) -> None:
+        """Refuse a request once the push stalled; no try may wait longer than the timeout, a retry only
+        what is left of it."""
+        with self._lock:
+            if self._stalled is not None:
+                # the same words for every request, whichever of them huggingface_hub reports
+                raise HubStalled(self._stalled.origin, self.seconds, self._stalled.last, self._stalled.wait)
+            since, last = self._failing.get(_key(request), (None, ""))
+        left = self.seconds
+        if since is not None:
+            left -= time.monotonic() - since
+            if left <= 0:  # huggingface_hub paused between tries past the timeout
+                self._stall(request, last)
+        own = request.extensions.get("timeout") or {}
+        request.extensions["timeout"] = {
+            key: left if own.get(key) is None else min(own[key], left) for key in ("connect", "read", "write", "pool")
+        }
+
+    def failed(self, request, exc: BaseException) -> None:
+        """A try that timed out (silent for its whole timeout) or lost its connection."""
+        import httpx2
+
+        if isinstance(exc, httpx2.TimeoutException):
+            silent = max((v for v in request.extensions["timeout"].values() if v is not None), default=self.seconds)
+            last = "no answer"
+        else:
+            silent, last = 0.0, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        since = self._failed_since(request, time.monotonic() - silent, last)
+        if time.monotonic() - since >= self.seconds * 0.999:  # 0.999: a first try that timed out waited it all
+            self._stall(request, last)
+
+    def answered(self, request, response) -> None:
+        status = response.status_code
+        if status not in RETRIED_STATUSES:
+            with self._lock:
+                self._failing.pop(_key(request), None)
+            return
+        now = time.monotonic()
+        since = self._failed_since(request, now, f"HTTP {status}")
+        wait = _retry_after(response.headers)
+        if now - since >= self.seconds * 0.999 or now + (wait or 0.0) - since >= self.seconds:
+            response.close()
+            # a Retry-After past the timeout: huggingface_hub would sleep it out before trying again
+            self._stall(request, f"HTTP {status}", wait if now - since < self.seconds * 0.999 else None)
+
+    def _failed_since(self, request, when: float, last: str) -> float:
+        with self._lock:
+            since, _ = self._failing.get(_key(request), (when, last))
+            self._failing[_key(request)] = (since, last)
+        return since
+
+    def _stall(self, request, last: str, wait: float | None = None) -> None:
+        stalled = HubStalled(_origin(request.url), self.seconds, last, wait)
+        with self._lock:
+            self._stalled = self._stalled or stalled
+        raise stalled
+
+
+def _key(request) -> tuple[str, str]:
+    return request.method, str(request.url)
+
+
+def _retry_after(headers) -> float | None:
+    """The seconds a 429/503 asks to wait (``Retry-After: 120``); huggingface_hub sleeps that long."""
+    text = (headers.get("retry-after") or "").strip()
+    return float(text) if text.isdigit() else None
+
+
+def _guard_transports(client, guard: _StallGuard) -> None:
+    """Put ``guard`` between ``client`` and each of its transports (the default one and any proxy's).
+
+    httpx2 takes a transport only when a client is made; the factory before this one (a library
+    user's, with their proxy or certificates) made it, so its transports are wrapped in place.
+    """
+    import httpx2
+
+    class Guarded(httpx2.BaseTransport):
+        def __init__(self, inner: httpx2.BaseTransport):
+            self.inner = inner
+
+        def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+            guard.before(request)
+            try:
+                response = self.inner.handle_request(request)
+            except httpx2.TransportError as exc:
+                guard.failed(request, exc)
+                raise
+            guard.answered(request, response)
+            response.stream = GuardedBody(response.stream, request)
+            return response
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class GuardedBody(httpx2.SyncByteStream):
+        """An answer that stops half-way counts as a failed try too (huggingface_hub retries it)."""
+
+        def __init__(self, inner, request: httpx2.Request):
+            self.inner, self.request = inner, request
+
+        def __iter__(self):
+            try:
+                yield from self.inner
+            except httpx2.TransportError as exc:
+                guard.failed(self.request, exc)
+                raise
+
+        def close(self) -> None:
+            self.inner.close()
+
+    transport = getattr(client, "_transport", None)
+    if isinstance(transport, httpx2.BaseTransport):
+        client._transport = Guarded(transport)
+    mounts = getattr(client, "_mounts", None)
+    if isinstance(mounts, dict):
+        for pattern, inner in mounts.items():
+            if isinstance(inner, httpx2.BaseTransport):
+                mounts[pattern] = Guarded(inner)
 
 
 def push_error(exc: BaseException, action: str, retry: str) -> str:
     """One line for a failed upload; a broken or silent connection is the network's fault, so say to rerun."""
     import httpx2
 
+    stalled = next((e for e in exception_chain(exc) if isinstance(e, HubStalled)), None)
+    if stalled is not None:
+        if stalled.wait is not None:
+            said = (
+                f"the Hub at {stalled.origin} answered {stalled.last} and asked to wait {stalled.wait:g} s, "
+                f"longer than {TIMEOUT_ENV} ({stalled.seconds:g} s)"
+            )
+        elif stalled.last == "no answer":
+            said = f"the Hub at {stalled.origin} did not answer within {stalled.seconds:g} s"
+        else:
+            said = f"the Hub at {stalled.origin} kept failing for {stalled.seconds:g} s (last: {stalled.last})"
+        return redact(f"cannot {action}: {said} (set {TIMEOUT_ENV} to wait longer); {retry}")
     broken = network_failure(exc)
+    origin = _failed_origin(broken)
     if isinstance(broken, httpx2.TimeoutException):
         return redact(
-            f"cannot {action}: the Hub did not answer within {hub_timeout():g} s "
+            f"cannot {action}: the Hub at {origin} did not answer within {hub_timeout():g} s "
             f"(set {TIMEOUT_ENV} to wait longer); {retry}"
         )
     if broken is not None:
         return redact(
-            f"cannot {action}: the connection to the Hub broke off ({type(broken).__name__}: {broken}); {retry}"
+            f"cannot {action}: the connection to the Hub broke off "
+            f"({origin}, {type(broken).__name__}: {broken}); {retry}"
         )
     http, status = http_cause(exc)
     # 409 and 412: another commit landed first, which a rerun gets past
@@ -151,6 +337,14 @@ def push_error(exc: BaseException, action: str, retry: str) -> str:
         first = next((line.strip() for line in str(said).splitlines() if line.strip()), "")
         return redact(f"cannot {action}: the Hub refused it ({status}): {first[:300]}; nothing was committed")
     return hub_error_message(exc, action, retry=retry)
+
+
+def _failed_origin(broken: BaseException | None) -> str:
+    """Where the request that failed went (scheme://host:port), else the Hub's address."""
+    try:
+        return _origin(broken.request.url)  # type: ignore[union-attr]
+    except (AttributeError, RuntimeError):  # no error, or one raised before it had a request
+        return hub_endpoint() or "https://huggingface.co"
 
 
 def hub_url(repo_id: str, repo_type: str = "model") -> str:

@@ -9,6 +9,10 @@ server (open ``index.html`` from disk). Everything is inline in each page:
   the label pool per step (PRIME's Figure 1 question: is a bigger pool worth it?), reproduced minus
   published (Δ with the run's 95% interval), and each run's loss per epoch (``train_log.jsonl``).
 
+The site is published whole (``write_site``): built beside ``--out`` and swapped in by renames, so a
+full disk or a kill never leaves a mix of old and new pages, and only a folder that holds nothing but
+pages xmcbench wrote is ever replaced.
+
 Why hand-written SVG rather than a plotting library: the four plots are scatter, line and bar
 charts of at most a few hundred points; SVG from Python needs no new dependency (matplotlib,
 plotly and bokeh are not installed with xmcbench), no JavaScript bundle to ship beside the pages
@@ -21,12 +25,15 @@ from __future__ import annotations
 import hashlib
 import html
 import math
+import os
 import re
+import secrets
+import shutil
 from pathlib import Path
 from typing import Any
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.fsutil import atomic_write
+from xmcbench.fsutil import atomic_write, fsync_path, pid_alive
 from xmcbench.report.render import NAME_COLUMNS, format_cell
 from xmcbench.report.table import Table, build_overview, build_table
 from xmcbench.store import Store
@@ -97,25 +104,146 @@ SCRIPT = """
 
 
 def build_site(store: Store, out: str | Path, datasets: list[str] | None = None) -> list[Path]:
-    """Write ``index.html`` and ``<dataset>.html`` pages into ``out``; returns the pages written."""
-    out = Path(out)
+    """Write ``index.html`` and ``<dataset>.html`` pages into ``out``; returns the pages written.
+
+    ``out`` is replaced whole (see ``write_site``): it must be new, empty, or a site xmcbench built.
+    """
     names = datasets or _datasets(store)
     links = [(name, _page_name(name)) for name in names]
-    # every page is rendered before any is written, each is written whole, and the index last: a
-    # failure part-way (full disk) leaves every page readable and an index whose links resolve; a
-    # rerun writes the rest
     rendered = [(page, _dataset_page(store, name, links)) for name, page in links]
     rendered.append(("index.html", _index_page(store, links)))
-    if out.exists() and not out.is_dir():
-        raise XmcbenchError(f"--out {out} is a file; give a folder for the site (created if needed)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for page, text in rendered:
-            atomic_write(out / page, text)
-    except OSError as exc:
-        raise XmcbenchError(f"cannot write the site into {out}: {exc.strerror or exc}") from None
-    pages = [out / page for page, _ in rendered]
+    pages = write_site(out, rendered)
     return [pages[-1], *pages[:-1]]
+
+
+# -- publishing: the whole site or nothing ---------------------------------------------------
+
+GENERATOR = '<meta name="generator" content="xmcbench">'  # in every page: how a later run knows the site is its own
+_LEGACY_MARK = '<nav><a href="index.html">overview</a>'  # pages written before the generator tag
+_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[0-9a-f]{8}\.site-(?P<kind>new|old)$")
+_PAGE_TEMP = re.compile(r"^\..+\.html\.[0-9]+\.[0-9a-f]+\.tmp$")  # atomic_write's temp file of a page
+
+
+def write_site(out: str | Path, pages: list[tuple[str, str]]) -> list[Path]:
+    """Publish ``pages`` (file name, HTML) as the folder ``out``, all at once or not at all.
+
+    The new site is written in full into a sibling folder (same parent, so renames stay on one file
+    system), then swapped in: the old site is renamed away, the new one renamed in, the old one
+    removed. A full disk leaves the old site as it was; a kill leaves the old site in place or beside
+    it, and the next run puts it back if needed and removes what the killed run left. ``out`` must be
+    new, empty, or a site xmcbench built: anything else is refused untouched.
+    """
+    shown = Path(out)
+    out = _site_dir(shown)
+    try:
+        _recover(out)
+        if out.exists() and not _built_site(out):
+            raise XmcbenchError(
+                f"--out {shown} holds more than the pages of a site xmcbench built; give a new or empty "
+                "folder, or that of an earlier `xmcbench site` (nothing in it was touched)"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        new = _sibling(out, "new")
+        new.mkdir()
+        try:
+            if out.is_dir():
+                shutil.copymode(out, new)  # a site shared with a group stays so
+            for page, text in pages:
+                atomic_write(new / page, text)
+            fsync_path(new)
+            _swap(new, out)
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            raise
+    except OSError as exc:
+        raise XmcbenchError(
+            f"cannot write the site into {shown}: {exc.strerror or exc} "
+            f"(it is built beside it, in {out.parent}, then moved in); the site there was left as it was"
+        ) from None
+    return [shown / page for page, _ in pages]
+
+
+def _site_dir(out: Path) -> Path:
+    """The folder to replace, refused where renaming it away would be wrong (``/``, a mount point, ``.``)."""
+    real = out.expanduser().absolute()
+    if real.is_symlink():
+        real = real.resolve()  # the folder the link points to is replaced; the link stays
+    if real.exists() and not real.is_dir():
+        raise XmcbenchError(f"--out {out} is a file; give a folder for the site (created if needed)")
+    if real.parent == real or os.path.ismount(real):
+        raise XmcbenchError(
+            f"--out {out} is a mount point or the root; the site replaces its folder whole, "
+            f"so give a folder inside it (e.g. {out / 'site'})"
+        )
+    try:
+        here = Path.cwd().resolve()
+    except OSError:
+        here = None
+    if here is not None and (real.resolve() == here or real.resolve() in here.parents):
+        raise XmcbenchError(
+            f"--out {out} holds the current folder, which replacing the site would pull away; "
+            "run from the folder above it (e.g. cd .. && xmcbench site --out NAME)"
+        )
+    return real
+
+
+def _sibling(out: Path, kind: str) -> Path:
+    return out.with_name(f".{out.name[:100]}.{os.getpid()}.{secrets.token_hex(4)}.site-{kind}")
+
+
+def _swap(new: Path, out: Path) -> None:
+    old = None
+    if out.exists():
+        old = _sibling(out, "old")
+        os.rename(out, old)
+    try:
+        os.rename(new, out)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out)  # the old site back in its place
+        raise
+    fsync_path(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)  # what stays (a kill) is removed by the next run
+
+
+def _recover(out: Path) -> None:
+    """Undo what a killed run left beside ``out``: its old site goes back if ``out`` is missing, the rest goes.
+
+    Only folders named by this scheme, of a process that is gone, holding nothing but pages, are touched.
+    """
+    if not out.parent.is_dir():
+        return
+    left: list[tuple[str, Path]] = []
+    for entry in out.parent.iterdir():
+        match = _SIBLING.match(entry.name)
+        if match is None or match["name"] != out.name[:100] or pid_alive(int(match["pid"])):
+            continue
+        if not entry.is_symlink() and entry.is_dir() and _built_site(entry):
+            left.append((match["kind"], entry))
+    olds = [entry for kind, entry in left if kind == "old" and (entry / "index.html").is_file()]
+    if olds and not out.exists():
+        back = max(olds, key=lambda e: e.stat().st_mtime)
+        os.rename(back, out)
+        left = [(kind, entry) for kind, entry in left if entry != back]
+    for _, entry in left:
+        shutil.rmtree(entry)
+
+
+def _built_site(folder: Path) -> bool:
+    """Empty, or only pages xmcbench wrote (and the temp files of a write that was cut off)."""
+    for entry in folder.iterdir():
+        if entry.is_symlink() or not entry.is_file():
+            return False  # a subfolder (.git, assets) is the user's: never replaced
+        if _PAGE_TEMP.match(entry.name):
+            continue
+        if not entry.name.endswith(".html"):
+            return False
+        with open(entry, "rb") as fh:
+            head = fh.read(1 << 16)
+        if GENERATOR.encode() not in head and _LEGACY_MARK.encode() not in head:
+            return False
+    return True
 
 
 def _datasets(store: Store) -> list[str]:
@@ -146,6 +274,7 @@ def _page(title: str, links: list[tuple[str, str]], body: str) -> str:
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+{GENERATOR}
 <title>{esc(title)}</title>
 <style>{CSS}</style>
 </head>
