@@ -93,7 +93,7 @@ def test_trains_end_to_end_and_records_accounting(trained):
     acc = rec["accounting"]
     assert rec["status"] == "finished"
     # one cluster = one batch: 300 labelled queries / 32 -> 9.4 -> 16 clusters (a power of two) of ~19
-    assert acc["batch_size"] == 32 and acc["steps"] == 2 * 16
+    assert acc["batch_size"] == 19 and acc["steps"] == 2 * 16  # the largest cluster: ⌈300 / 16⌉
     assert acc["batching"] == "one_cluster_per_batch" and acc["batches_per_epoch"] == 16
     assert acc["pool_size_uncapped_mean"] == acc["pool_size_mean"]  # no max_pool_size
     assert acc["psl_reduction"] == "sum" and acc["grad_clip"] is None and acc["grad_norm_preclip_mean"] > 0

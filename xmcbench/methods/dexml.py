@@ -111,7 +111,11 @@ class DexmlMethod:
 
         # 2. optimiser, schedule, sampler
         # Across GPUs every batch must hold at least one query per rank: drop the ragged last one.
-        sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed, drop_last=world > 1)
+        sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed, drop_last=world > 1, epochs=t.epochs)
+        shortlist_k = c.shortlist_k
+        if c.regime == "hard_negatives" and c.hard_negatives > 0 and c.hard_negative_start_epoch < t.epochs:
+            shortlist_k = de.clip_shortlist("method.shortlist_k", c.shortlist_k, labels.shape[1])
+            de.check_hard_negatives("method.hard_negatives", c.hard_negatives, labels[rows])
         lr = t.lr * (world if c.lr_scale_with_gpus else 1)
         optimizer = build_optimizer([(self.encoder.named_parameters(), lr)], t.weight_decay)
         total_steps = t.epochs * len(sampler)
@@ -164,7 +168,7 @@ class DexmlMethod:
                         progress=ctx.progress,
                         description=f"epoch {epoch}: encode labels",
                     )  # (L, d)
-                    shortlist = _build_shortlist(query_emb, label_emb, labels[rows], c.shortlist_k, ctx)
+                    shortlist = _build_shortlist(query_emb, label_emb, labels[rows], shortlist_k, ctx)
             sampler.set_epoch(epoch)
             self.encoder.train()
             from xmcbench.progress import task as progress_task
@@ -235,7 +239,7 @@ class DexmlMethod:
         )
         # Totals come from the checkpointed counters, so a resumed run reports the whole training.
         ctx.accounting.update(
-            batch_size=t.batch_size,
+            batch_size=sampler.max_batch_size,  # global (all ranks), at most the training queries
             steps=step,
             world_size=world,
             validation_p1=best if val_rows.size else None,
@@ -542,13 +546,12 @@ def _optimizer_step(encoder, optimizer, scheduler, grad_clip, world: int) -> flo
 def _build_shortlist(
     query_emb: np.ndarray, label_emb: np.ndarray, positives: sparse.csr_matrix, k: int, ctx: RunContext
 ) -> np.ndarray:
-    """Top-k *negative* shortlist (positives excluded), identical on every rank (rank 0's)."""
+    """Top-k *negative* shortlist (positives excluded), identical on every rank (rank 0's);
+    ``k`` at most the label count (``dual_encoder.clip_shortlist``)."""
     from xmcbench.sampling import build_shortlist
     from xmcbench.train import get_world_size
 
-    shortlist = build_shortlist(
-        query_emb, label_emb, min(k, label_emb.shape[0]), exclude=positives, device=ctx.device, progress=ctx.progress
-    )
+    shortlist = build_shortlist(query_emb, label_emb, k, exclude=positives, device=ctx.device, progress=ctx.progress)
     if get_world_size() > 1:
         import torch.distributed as dist
 

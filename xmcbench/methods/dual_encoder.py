@@ -147,7 +147,61 @@ def labelled_rows(labels: sparse.csr_matrix | None) -> np.ndarray:
     return rows
 
 
-def make_sampler(config: DualEncoderConfig, n_queries: int, batch_size: int, seed: int, drop_last: bool = False):
+def warn_clipped(key: str, asked, used, reason: str, seen: set[str] | None = None) -> None:
+    """Log that the recipe's ``key`` asked ``asked`` but the data lets the run use only ``used``, and why.
+
+    ``reason`` reads after the value ("is more than the 60 labels"). With ``seen`` (a per-run set)
+    a key warns once however often its site is reached (per step, per cycle).
+    """
+    if seen is not None:
+        if key in seen:
+            return
+        seen.add(key)
+    log.warning("%s %s %s: the run uses %s", key, _number(asked), reason, _number(used))
+
+
+def _number(value) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def clip_shortlist(key: str, k: int, n_labels: int) -> int:
+    """The shortlist length a run can use: at most the label count (said once when the recipe asks more)."""
+    if k > n_labels:
+        warn_clipped(key, k, n_labels, f"is more than the {n_labels:,} labels")
+    return min(k, n_labels)
+
+
+def check_hard_negatives(key: str, m: int, labels: sparse.csr_matrix) -> None:
+    """Say when some training query has fewer than ``m`` labels that are not its positives.
+
+    ``sample_hard_negatives`` then draws every label it has left (-1 pads the rest), so those
+    queries get fewer than ``m``; the recorded ``hard_negatives_per_query`` is the mean drawn.
+    """
+    if m == 0 or labels.shape[0] == 0:
+        return
+    left = int(labels.shape[1] - np.diff(labels.indptr).max())
+    if m > left:
+        warn_clipped(
+            key,
+            m,
+            f"as few as {left:,} for those queries",
+            f"is more than the {left:,} labels left after the positives of some training queries",
+        )
+
+
+def make_sampler(
+    config: DualEncoderConfig,
+    n_queries: int,
+    batch_size: int,
+    seed: int,
+    drop_last: bool = False,
+    epochs: int | None = None,
+):
+    """The epoch's batches and the clustering schedule; ``epochs`` (the run's) lets it say when
+    NGAME's growing clusters would outgrow the training queries.
+
+    The recorded batch size is the returned sampler's ``max_batch_size``: the batch that runs.
+    """
     from xmcbench.sampling import ClusterBatchSampler, ClusterSchedule, RandomBatchSampler
 
     if batch_size > n_queries:
@@ -167,13 +221,41 @@ def make_sampler(config: DualEncoderConfig, n_queries: int, batch_size: int, see
     if config.batching == "one_cluster_per_batch":
         # UniDEC Algorithm 1: clusters of size N/|𝔅| from the first epoch, never grown.
         schedule = ClusterSchedule(cluster_size=batch_size, start_epoch=0, every=config.recluster_every, grow_at=())
-        return ClusterBatchSampler(
-            n_queries, batch_size, seed=seed, drop_last=drop_last, one_batch_per_cluster=True
-        ), schedule
+        sampler = ClusterBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last, one_batch_per_cluster=True)
+        if sampler.max_batch_size > batch_size:  # 2-means makes a power of two of clusters, at most one per query
+            warn_clipped(
+                "training.batch_size",
+                batch_size,
+                f"batches of up to {sampler.max_batch_size:,} ({n_queries:,} queries in {len(sampler):,} clusters)",
+                f"cannot cut the {n_queries:,} training queries with labels into one balanced cluster per batch, "
+                "a power of two of them",
+            )
+        return sampler, schedule
     schedule = ClusterSchedule(
         cluster_size=config.cluster_size, start_epoch=config.cluster_start_epoch, every=config.recluster_every
     )
+    if config.batching == "clustered" and epochs:
+        _check_cluster_growth(config, schedule, n_queries, epochs)
     return ClusterBatchSampler(n_queries, batch_size, seed=seed, drop_last=drop_last), schedule
+
+
+def _check_cluster_growth(config: DualEncoderConfig, schedule, n_queries: int, epochs: int) -> None:
+    """Say (once, before training) when NGAME's clusters would hold more queries than there are."""
+    for epoch in range(epochs):
+        size = schedule.cluster_size_at(epoch)
+        if size is not None and size > n_queries:
+            grown = (
+                ""
+                if size == config.cluster_size
+                else f" (grown to {size:,} from epoch {epoch + 1} by NGAME's curriculum)"
+            )
+            warn_clipped(
+                "method.cluster_size",
+                config.cluster_size,
+                f"one cluster of all {n_queries:,} from epoch {epoch + 1}",
+                f"{grown} is more than the {n_queries:,} training queries with labels".lstrip(),
+            )
+            return
 
 
 def recluster(sampler, schedule, epoch: int, query_emb: np.ndarray, seed: int, device: str) -> None:

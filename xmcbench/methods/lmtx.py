@@ -98,9 +98,23 @@ class LmtxMethod:
         self.encoder = de.build_encoder(self.recipe).to(ctx.device)
         tokens = de.tokenise(self.encoder, task, self.recipe, ctx.progress)
         perm = rng.permutation(len(task.train_texts))
+        if c.dev_docs > perm.size // 2:  # the other half at least is left to train on
+            de.warn_clipped(
+                "method.dev_docs", c.dev_docs, perm.size // 2, f"is more than half the {perm.size:,} training documents"
+            )
         dev_rows = np.sort(perm[: min(c.dev_docs, perm.size // 2)])  # (D,)
         rest = perm[dev_rows.size :]
+        if c.train_docs and c.train_docs > rest.size:
+            de.warn_clipped(
+                "method.train_docs",
+                c.train_docs,
+                rest.size,
+                f"is more than the {rest.size:,} training documents left after the dev set",
+            )
         train_rows = np.sort(rest[: c.train_docs] if c.train_docs else rest)  # (N,)
+        shortlist_j = de.clip_shortlist("method.shortlist_j", c.shortlist_j, task.n_labels)
+        batches: list[int] = []  # the batch each cycle's steps take (at most its documents)
+        batch_said = False
 
         # 2. the judge, behind the judgement cache
         judge = CachedJudge(
@@ -124,7 +138,7 @@ class LmtxMethod:
 
         # 3. the acceptance threshold, from the judge-labelled dev set
         if c.threshold == "auto":
-            threshold = otsu_threshold(ask(dev_rows, shortlist(dev_rows, c.shortlist_j)).reshape(-1))
+            threshold = otsu_threshold(ask(dev_rows, shortlist(dev_rows, shortlist_j)).reshape(-1))
         else:
             threshold = float(c.threshold)
 
@@ -140,7 +154,7 @@ class LmtxMethod:
         step = epoch_no = 0
         ctx.start_clock()
         for cycle in range(1, c.max_cycles + 1):
-            candidates = shortlist(train_rows, c.shortlist_j)  # (N, j)
+            candidates = shortlist(train_rows, shortlist_j)  # (N, j)
             p = ask(train_rows, candidates)  # (N, j)
             yes = _accept(p, threshold, c.max_positives)  # (N, j) bool
             keep = yes.any(axis=1)
@@ -150,6 +164,16 @@ class LmtxMethod:
                 break
             docs, pos_sets = train_rows[keep], [set(candidates[i][yes[i]].tolist()) for i in np.flatnonzero(keep)]
 
+            if t.batch_size > docs.size and not batch_said:  # said once a run, at the first cycle it happens in
+                batch_said = True
+                log.warning(
+                    "training.batch_size %s is more than the %s documents with a pseudo positive in LMTX cycle %d: "
+                    "each step takes all of them",
+                    f"{t.batch_size:,}",
+                    f"{docs.size:,}",
+                    cycle,
+                )
+            batches.append(min(t.batch_size, int(docs.size)))
             optimizer = build_optimizer([(self.encoder.named_parameters(), t.lr)], t.weight_decay)
             steps = c.epochs_per_cycle * int(np.ceil(docs.size / t.batch_size))
             scheduler = build_scheduler(optimizer, max(steps, 1), t.warmup_ratio, t.schedule)
@@ -207,7 +231,8 @@ class LmtxMethod:
             self.encoder = de.build_encoder(self.recipe).to(ctx.device)
         self.label_emb = de.encode_all(self.encoder, tokens.labels, ctx.device, ctx.precision, c.encode_batch_size)
         ctx.accounting.update(
-            batch_size=t.batch_size,
+            batch_size=max(batches, default=None),  # the largest batch a step took (None: no cycle trained)
+            shortlist_j=shortlist_j,
             positives_per_query=float(np.mean(positives_per_doc)) if positives_per_doc else 0.0,
             hard_negatives_per_query=0,
             train_docs=int(train_rows.size),

@@ -46,6 +46,7 @@ from pydantic import Field
 from scipy import sparse
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.methods import dual_encoder as de
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
 from xmcbench.search import SearchBackend
 
@@ -133,25 +134,24 @@ class MaclrMethod:
         self.recipe = recipe
         self.encoder = None
         self.label_emb: np.ndarray | None = None  # (L, d)
+        self._batches: dict[str, int] = {}  # stage -> the batch its steps take (at most its pairs)
 
     # ---------------------------------------------------------------------------------------
     # fit: Stage I -> Stage II -> few-shot fine-tuning -> label embeddings
 
     def fit(self, task: TrainTask, ctx: RunContext) -> None:
-        from xmcbench.methods.dual_encoder import build_encoder
-
-        c, t = self.config, self.recipe.training
+        c = self.config
         ctx.seed_everything()
-        self.encoder = build_encoder(self.recipe, projection_dim=c.projection_dim).to(ctx.device)
+        self.encoder = de.build_encoder(self.recipe, projection_dim=c.projection_dim).to(ctx.device)
         labels = list(task.label_texts)  # (L,) label texts are always visible
         rng = np.random.default_rng([ctx.seed, 11])
         acc = ctx.accounting
         acc.update(
-            batch_size=t.batch_size,
-            label_negatives=c.label_negatives if c.label_regularisation else 0,
+            label_negatives=min(c.label_negatives, len(labels)) if c.label_regularisation else 0,
             hard_negatives_per_query=0,
             positives_per_query=1,
         )
+        self._batches = {}
         walls: dict[str, float] = {}
         pretrains = task.train_labels is None or c.pretrain
         self._lines = _StepLines(
@@ -181,6 +181,9 @@ class MaclrMethod:
             walls["finetune"] = time.perf_counter() - started
 
         acc["stage_wall_s"] = {k: round(v, 2) for k, v in walls.items()}
+        # the largest batch a step took (None: no step ran); per stage where the pair counts differ
+        acc["batch_size"] = max(self._batches.values(), default=None)
+        acc["batch_size_by_stage"] = dict(self._batches)
         e = self.recipe.encoder
         self.label_emb = self.encoder.encode(
             labels,
@@ -209,13 +212,28 @@ class MaclrMethod:
         except ValueError as exc:
             raise XmcbenchError(f"{exc} (the instances with both a title and a body)") from None
         clusters = np.arange(n)  # (P,) every instance its own cluster = Eq. 1
+        capped_at = None if schedule is None else schedule.first_capped_refresh()
+        if capped_at is not None:
+            de.warn_clipped(
+                "method.k0",
+                c.k0,
+                f"{n:,} clusters (every instance its own) from then on",
+                f"doubles to {schedule.requested_clusters(capped_at):,} clusters by step {capped_at:,} "
+                f"(every method.t_k steps), more than the {n:,} instances with a title and a body",
+            )
+        batch = self._stage_batch("stage1", n, "Inverse Cloze Task pairs (instances with a title and a body)")
+        negatives = min(c.label_negatives, len(labels))
+        if c.label_regularisation and c.label_negatives > len(labels):
+            de.warn_clipped(
+                "method.label_negatives", c.label_negatives, negatives, f"is more than the {len(labels):,} labels"
+            )
         if schedule is not None:
             clusters = kmeans_assign(self._encode(contexts, ctx, instance=True), schedule.n_clusters(0), ctx.seed)
         k_history = []
         opt, sched = self._optimizer(self.recipe.training.lr, steps)
         self._lines.begin("stage1", steps)
         for step in range(1, steps + 1):
-            rows = rng.choice(n, size=min(self.recipe.training.batch_size, n), replace=False)  # (N,)
+            rows = rng.choice(n, size=batch, replace=False)  # (N,)
             active = schedule is not None and schedule.clustering_active(step)
             batch_clusters = torch.as_tensor(clusters[rows] if active else np.arange(rows.size))  # (N,)
             h = self._embed([contexts[i] for i in rows], ctx, instance=True)  # (N, d) ĥ_i, dropout mask z
@@ -224,7 +242,7 @@ class MaclrMethod:
             pool = rows.size
             if c.label_regularisation:
                 h_plus = self._embed([contexts[i] for i in rows], ctx, instance=True)  # (N, d) mask z⁺
-                neg = rng.choice(len(labels), size=min(c.label_negatives, len(labels)), replace=False)
+                neg = rng.choice(len(labels), size=negatives, replace=False)
                 y_neg = self._embed([labels[j] for j in neg], ctx, instance=False)  # (M, d)
                 loss = loss + label_regularisation_loss(h, h_plus, y_neg, temperature=c.temperature)
                 pool += neg.size
@@ -245,6 +263,10 @@ class MaclrMethod:
 
         c = self.config
         e = self.recipe.encoder
+        if c.pseudo_top_k > len(labels):  # both views then keep every label
+            de.warn_clipped(
+                "method.pseudo_top_k", c.pseudo_top_k, len(labels), f"is more than the {len(labels):,} labels"
+            )
         inst = self._encode(texts, ctx, instance=True)  # (N, d)
         lab = self.encoder.encode(
             labels,
@@ -259,7 +281,7 @@ class MaclrMethod:
         pseudo = binarise(pseudo.tocsr())  # (N, L) mixed pseudo labels, union of both views
         ctx.accounting.update(stage2_pseudo_pairs=int(pseudo.nnz), stage2_steps=c.stage2_steps)
         self._lines.begin("stage2", c.stage2_steps)
-        self._train_pairs(texts, labels, pseudo, c.stage2_steps, self.recipe.training.lr, ctx, rng)
+        self._train_pairs(texts, labels, pseudo, c.stage2_steps, self.recipe.training.lr, ctx, rng, "stage2")
 
     def _finetune(
         self, texts: list[str], labels: list[str], truth: sparse.csr_matrix, ctx: RunContext, rng: np.random.Generator
@@ -270,7 +292,9 @@ class MaclrMethod:
             raise XmcbenchError("few-shot fine-tuning has no visible (instance, label) pair; raise label_fraction")
         ctx.accounting.update(finetune_pairs=int(truth.nnz), finetune_steps=self.config.finetune_steps)
         self._lines.begin("finetune", self.config.finetune_steps)
-        self._train_pairs(texts, labels, truth, self.config.finetune_steps, self.config.finetune_lr, ctx, rng)
+        self._train_pairs(
+            texts, labels, truth, self.config.finetune_steps, self.config.finetune_lr, ctx, rng, "finetune"
+        )
 
     def _train_pairs(
         self,
@@ -281,6 +305,7 @@ class MaclrMethod:
         lr: float,
         ctx: RunContext,
         rng: np.random.Generator,
+        stage: str,
     ) -> None:
         """Batches of N (instance, label) pairs; column p is a positive of row i when label_p ∈ labels(x_i).
 
@@ -293,9 +318,11 @@ class MaclrMethod:
         inst, lab = coo.row.astype(np.int64), coo.col.astype(np.int64)  # (P,), (P,)
         if steps == 0 or inst.size == 0:
             return
+        what = "pseudo (instance, label) pairs" if stage == "stage2" else "visible (instance, label) pairs"
+        batch = self._stage_batch(stage, inst.size, what)
         opt, sched = self._optimizer(lr, steps)
         for _ in range(steps):
-            idx = rng.choice(inst.size, size=min(self.recipe.training.batch_size, inst.size), replace=False)  # (N,)
+            idx = rng.choice(inst.size, size=batch, replace=False)  # (N,)
             rows, cols = inst[idx], lab[idx]
             positives = torch.as_tensor(np.asarray(pairs[rows][:, cols].todense()) > 0)  # (N, N)
             positives |= torch.eye(idx.size, dtype=torch.bool)
@@ -306,6 +333,20 @@ class MaclrMethod:
 
     # ---------------------------------------------------------------------------------------
     # pieces
+
+    def _stage_batch(self, stage: str, pairs: int, what: str) -> int:
+        """The batch ``stage``'s steps take: training.batch_size, or all ``pairs`` when fewer (said once)."""
+        batch = self.recipe.training.batch_size
+        if batch > pairs:
+            log.warning(
+                "training.batch_size %s is more than the %s %s of MACLR %s: each step takes all of them",
+                f"{batch:,}",
+                f"{pairs:,}",
+                what,
+                stage,
+            )
+        self._batches[stage] = min(batch, pairs)
+        return self._batches[stage]
 
     def _embed(self, texts: Sequence[str], ctx: RunContext, instance: bool) -> torch.Tensor:
         """E(texts) with a graph, in train mode (dropout on: two calls give two dropout views)."""

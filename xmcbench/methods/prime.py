@@ -397,11 +397,20 @@ class PrimeMethod:
         tokens = de.tokenise(encoder, task, self.recipe, ctx.progress)
         rows = de.labelled_rows(labels)
         prototypes = prototype_network(c, encoder.dim, task.n_labels)
+        if prototypes.n_free_vectors < c.free_vectors:
+            de.warn_clipped(
+                "method.free_vectors",
+                c.free_vectors,
+                prototypes.n_free_vectors,
+                f"is more than the {task.n_labels:,} labels allow (one balanced 2-means cluster of labels per "
+                "free vector, a power of two of them)",
+            )
         self.model = PrimeModel(encoder, prototypes.to(ctx.device))
         weights = self._positive_weights(task)
 
         # 2. optimiser, schedule, sampler
-        sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed)
+        sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed, epochs=t.epochs)
+        self._check_top_negatives(sampler.max_batch_size, task.n_labels)
         optimizer = build_optimizer(
             [(self.model.named_parameters(), t.lr)], t.weight_decay, no_decay_patterns=NO_DECAY_PATTERNS
         )
@@ -468,9 +477,28 @@ class PrimeMethod:
 
         # 5. prototypes of every label for inference (App. I)
         self.label_prototypes = self._all_prototypes(tokens, ctx)
-        self._record_accounting(ctx, accounting, prototypes.n_free_vectors)
+        # the batch that runs: at most the training queries
+        self._record_accounting(ctx, accounting, prototypes.n_free_vectors, sampler.max_batch_size)
 
     # ------------------------------------------------------------------------------------------
+    def _check_top_negatives(self, batch: int, n_labels: int) -> None:
+        """Say when the softmax reduction's ``top_negatives`` can never cut a row's negatives.
+
+        A query row scores the pool (at most batch × β labels, at most L), a label row the batch's
+        queries; with at least that many columns every negative is kept (the loss's own rule).
+        """
+        c = self.config
+        if c.triplet_reduction != "softmax" or c.top_negatives is None:
+            return
+        pool = min(batch * c.positives_per_query, n_labels)
+        if c.top_negatives >= max(pool, batch):
+            de.warn_clipped(
+                "method.top_negatives",
+                c.top_negatives,
+                f"every negative ({pool:,} pool labels at most per query, {batch:,} queries per label)",
+                f"is at least the {max(pool, batch):,} columns a loss row can have",
+            )
+
     def _positive_weights(self, task: TrainTask) -> np.ndarray | None:
         if self.config.positive_sampling == "uniform":
             return None
@@ -572,10 +600,10 @@ class PrimeMethod:
         )  # (L, d)
         return prototypes_of(self.model.prototypes, label_emb, ctx.device, ctx.precision, c.encode_batch_size)
 
-    def _record_accounting(self, ctx: RunContext, accounting, n_free: int) -> None:
+    def _record_accounting(self, ctx: RunContext, accounting, n_free: int, batch_size: int) -> None:
         c, t = self.config, self.recipe.training
         ctx.accounting.update(
-            batch_size=t.batch_size,
+            batch_size=batch_size,
             hard_negatives_per_query=0.0,
             refresh_interval=c.recluster_every if c.batching == "clustered" else None,
             free_vectors=n_free,

@@ -202,6 +202,8 @@ class UnidecMethod:
         self.label_de: np.ndarray | None = None  # (L, d) Φ_D(z_l) after fit
         self.label_clf: np.ndarray | None = None  # (L, d) N(Ψ_l) after fit
         self._uncapped_pool_sum = 0  # Σ over steps of |∪ sampled labels| before max_pool_size
+        self._clip_warned: set[str] = set()  # recipe keys already said to be clipped this run
+        self._shortlist_k: int | None = None  # |H| used: the recipe's, at most the label count
         self._grad_norms: list[float] = []  # pre-clip global gradient norm of every step (checkpointed)
 
     # ------------------------------------------------------------------------------------------
@@ -222,7 +224,17 @@ class UnidecMethod:
         rows, val_rows = de.split_validation(rows, t.validation_fraction, t.seed)
 
         # 2. optimisers (AdamW: encoder, heads; SparseAdam: Ψ), schedules, sampler
-        sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed)
+        sampler, schedule = de.make_sampler(c, rows.size, t.batch_size, t.seed, epochs=t.epochs)
+        self._clip_warned = set()
+        self._shortlist_k = c.shortlist_size
+        if c.hard_negatives > 0 and t.epochs > 0:
+            self._shortlist_k = min(c.shortlist_size, task.n_labels)
+            if c.shortlist_size > task.n_labels:
+                asked = c.shortlist_k or f"(unset: η·τ = {c.hard_negatives}·{c.refresh_every} = {c.shortlist_size:,})"
+                de.warn_clipped(
+                    "method.shortlist_k", asked, task.n_labels, f"is more than the {task.n_labels:,} labels"
+                )
+            de.check_hard_negatives("method.hard_negatives", c.hard_negatives, labels[rows])
         optimizer, scheduler = self.build_optimizers(max(t.epochs * len(sampler), 1))
         shortlists = ShortlistSchedule(c.refresh_every)
         accounting = PoolAccounting()
@@ -311,12 +323,12 @@ class UnidecMethod:
                 steps=summary["steps"], pool_size_mean=summary["pool_size_mean"], pool_size_max=summary["pool_size_max"]
             )
         ctx.accounting.update(
-            batch_size=t.batch_size,
+            batch_size=sampler.max_batch_size,  # one cluster per batch: ⌈N/|𝔅|⌉, the largest batch
             positives_per_query=summary.get("positives_in_pool_per_query_mean"),
             sampled_positives_per_query=summary.get("sampled_positives_per_query_mean"),
             hard_negatives_per_query=summary.get("hard_negatives_per_query_mean", float(c.hard_negatives)),
             refresh_interval=c.refresh_every if c.hard_negatives > 0 else None,
-            shortlist_size=c.shortlist_size if c.hard_negatives > 0 else None,
+            shortlist_size=self._shortlist_k if c.hard_negatives > 0 else None,
             inference=c.inference,
             validation_p1=best if val_rows.size else None,
             batching=c.batching,
@@ -371,7 +383,7 @@ class UnidecMethod:
             progress=ctx.progress,
             description=f"epoch {epoch}: encode labels",
         )  # (L, d)
-        k = min(c.shortlist_size, label_emb.shape[0])
+        k = min(self._shortlist_k or c.shortlist_size, label_emb.shape[0])  # fit said so when it clips
         return build_shortlist(query_emb, label_emb, k, exclude=positives, device=ctx.device, progress=ctx.progress)
 
     # -- one step ------------------------------------------------------------------------------
@@ -398,6 +410,16 @@ class UnidecMethod:
         )  # (b, β)
         negatives = None
         uncapped = None
+        if c.max_pool_size is not None:
+            n_positive = int(np.unique(positives[positives >= 0]).size)
+            if n_positive > c.max_pool_size:  # cap_pool_negatives keeps every sampled positive
+                de.warn_clipped(
+                    "method.max_pool_size",
+                    c.max_pool_size,
+                    f"pools of up to every sampled positive ({n_positive:,} at step {step + 1:,})",
+                    f"is less than the {n_positive:,} distinct positives sampled for a batch",
+                    seen=self._clip_warned,
+                )
         if c.hard_negatives > 0 and shortlist_rows is not None:
             negatives = sample_hard_negatives(
                 shortlist_rows, labels[batch_rows], c.hard_negatives, step_rng(seed, epoch, step, "negatives")

@@ -91,6 +91,11 @@ class RandomBatchSampler:
         return self._consumed
 
     @property
+    def max_batch_size(self) -> int:
+        """The largest batch an epoch holds: ``batch_size``, or every query when there are fewer."""
+        return min(self.batch_size, self.n_queries)
+
+    @property
     def epoch_in_progress(self) -> bool:
         """True between the first and the last batch of an epoch (e.g. right after a resume)."""
         return 0 < self._consumed < len(self)
@@ -175,6 +180,12 @@ class ClusterBatchSampler(RandomBatchSampler):
         if self.one_batch_per_cluster:
             return self.n_batches
         return super().__len__()
+
+    @property
+    def max_batch_size(self) -> int:
+        if self.one_batch_per_cluster:  # balanced clusters (and the random cuts before them) differ by <= 1
+            return -(-self.n_queries // self.n_batches)
+        return super().max_batch_size
 
     def _cuts(self) -> np.ndarray:
         """(n_batches + 1,) batch boundaries in ``epoch_order()`` for one-cluster-per-batch epochs."""

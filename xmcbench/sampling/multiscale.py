@@ -43,10 +43,21 @@ class MultiScaleSchedule:
         """Steps 1..clustering_steps use cluster positives; later steps are plain ICT (Eq. 1)."""
         return self.total_steps // 2
 
+    def requested_clusters(self, step: int) -> int:
+        """K after ``step`` completed steps as Algorithm 1 line 7 doubles it, before the cap."""
+        doublings = min(step, max(self.clustering_steps - 1, 0)) // self.t_k
+        return int(self.k0 * (2**doublings))
+
     def n_clusters(self, step: int) -> int:
         """K after ``step`` completed steps (Algorithm 1 line 7), capped at the number of instances."""
-        doublings = min(step, max(self.clustering_steps - 1, 0)) // self.t_k
-        return int(min(self.k0 * (2**doublings), self.n_instances))
+        return min(self.requested_clusters(step), self.n_instances)
+
+    def first_capped_refresh(self) -> int | None:
+        """The first re-clustering step whose K the cap lowers (None: the cap never applies)."""
+        for step in range(self.t_update, self.clustering_steps, self.t_update):
+            if self.requested_clusters(step) > self.n_instances:
+                return step
+        return None
 
     def refresh_due(self, step: int) -> bool:
         """Whether the assignment is recomputed after ``step`` completed steps (line 10)."""
