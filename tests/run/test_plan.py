@@ -234,6 +234,21 @@ SMALL = [
 ]
 
 
+def test_a_batch_larger_than_the_training_set_is_planned_at_the_training_set():
+    """A step takes every query when there are fewer than a batch (the run warns and records that
+    batch), so the plan counts that many, not the recipe's batch_size, and says so."""
+    from xmcbench.run.plan import TextLengths
+
+    lengths = TextLengths(16, 8, "", "")
+    big = plan_recipe(load_recipe("recipes/smoke/dexml.yaml", [*SMALL, "training.batch_size=100000"]), lengths=lengths)
+    exact = plan_recipe(load_recipe("recipes/smoke/dexml.yaml", [*SMALL, "training.batch_size=120"]), lengths=lengths)
+    assert big.n_train == 120 and big.batch_size == 120
+    assert big.memory_gb == exact.memory_gb and big.step_s == exact.step_s
+    assert any(
+        "training.batch_size 100,000 is more than the 120 training queries: planned at 120" in n for n in big.notes
+    )
+
+
 def _longest(tokenizer, texts, cap):
     return max(len(tokenizer(t, truncation=True, max_length=cap)["input_ids"]) for t in texts)
 

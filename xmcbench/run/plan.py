@@ -533,6 +533,11 @@ def plan_recipe(
         f"encoder size from its {'config' if enc.source == 'config' else 'known-size table (Hub id, offline)'}",
         lengths.how,
     ]
+    if 0 < n_train < batch:  # a step takes every query there is (the run warns and records this batch)
+        notes.append(
+            f"training.batch_size {batch:,} is more than the {n_train:,} training queries: planned at {n_train:,}"
+        )
+        batch = n_train
     config = _method_config(recipe)
     regime = (getattr(config, "regime", None) or params.get("regime")) if method == "dexml" else None
 
@@ -632,7 +637,7 @@ def plan_recipe(
     other_s, judge = 0.0, None
     if method == "maclr":  # counted in steps, not epochs
         token_s = 2 * non_embedding / (g * tflops * 1e12 * utilisation)
-        steps, step_s, encoded = _maclr_work(recipe, config, n_train, n_labels, seq, label_seq, step_s, token_s)
+        steps, step_s, encoded = _maclr_work(recipe, config, batch, n_train, n_labels, seq, label_seq, step_s, token_s)
         other_s = encoded * token_s
     if lmtx is not None:
         steps, judge = lmtx.steps, lmtx.judge
@@ -668,7 +673,15 @@ def plan_recipe(
 
 
 def _maclr_work(
-    recipe, config, n_train: int, n_labels: int, seq: int, label_seq: int, stage1_step_s: float, token_s: float
+    recipe,
+    config,
+    batch: int,
+    n_train: int,
+    n_labels: int,
+    seq: int,
+    label_seq: int,
+    stage1_step_s: float,
+    token_s: float,
 ):
     """MACLR's steps, their mean time, and the tokens it encodes without a graph.
 
@@ -678,7 +691,6 @@ def _maclr_work(
     an upper bound where they are titles), forward and backward. Outside the steps: the K-means
     encodings of every context (the first and each refresh in Stage I's first half), Stage II's
     encoding of the instances and labels for its pseudo-labels, and the final label table."""
-    batch = int(recipe.training.batch_size)
     zero_shot = recipe.supervision.mode == "zero_shot"
     pretrains = zero_shot or bool(config.pretrain)  # zero-shot has nothing else to train on
     stage1 = int(config.stage1_steps) * pretrains
