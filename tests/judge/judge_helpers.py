@@ -10,7 +10,9 @@ Modes for the failure tests: ``"ok"``, ``"no_logprobs"`` (answer text only), ``"
 (HTTP 400), ``"drop"`` (closes the connection without answering the first ``fail_first`` times),
 ``"gibberish"`` (answers "maybe" with no yes/no in the top tokens), ``"truncated"`` (a reply cut
 short the first ``fail_first`` times), ``"not_json"`` (an HTML page), ``"echo_auth"`` (HTTP 401
-quoting the request's Authorization header back, as some proxies do). ``reply_json`` replaces every
+quoting the request's Authorization header back, as some proxies do), ``"trickle"`` (a whole,
+valid answer whose body comes one byte every ``delay_s``), ``"trickle_head"`` (the same from the
+status line's first byte). ``reply_json`` replaces every
 answer with that object as is (replies of the wrong shape); ``answer`` fixes the answer text.
 ``authorization`` keeps the last Authorization header received.
 """
@@ -90,6 +92,8 @@ class JudgeServer:
                     if server.reply_json is not None:
                         return self._send(200, server.reply_json)
                     text = body["messages"][-1]["content"]
+                    if server.mode in ("trickle", "trickle_head"):
+                        return self._trickle(json.dumps(server.reply(text, body)).encode())
                     return self._send(200, server.reply(text, body))
                 finally:
                     self._done()
@@ -102,6 +106,25 @@ class JudgeServer:
                 self._counted_out = True
                 with server._lock:
                     server._in_flight -= 1
+
+            def _trickle(self, data: bytes):
+                """A whole answer, sent a byte at a time: every read gets a byte well within any
+                per-read timeout, and the answer takes len(data) * delay_s."""
+                self._done()
+                head = (
+                    f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                    "Connection: close\r\n\r\n"
+                ).encode()
+                self.close_connection = True
+                if server.mode == "trickle":
+                    self.wfile.write(head)
+                    head = b""
+                try:
+                    for i in range(len(head + data)):
+                        self.wfile.write((head + data)[i : i + 1])
+                        time.sleep(server.delay_s)
+                except OSError:  # the client gave up (its deadline): a broken pipe, a reset, a TLS EOF
+                    pass
 
             def _send(self, code, obj, headers: dict | None = None):
                 self._send_raw(code, json.dumps(obj).encode(), headers=headers)

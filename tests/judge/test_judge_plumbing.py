@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 
 import numpy as np
@@ -120,6 +121,56 @@ def test_concurrent_writers_all_land(tmp_path):
     assert JudgementCache(path).stats()[0][3] == 60
 
 
+def _stored(path) -> list[tuple]:
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:  # NaN != NaN: compare P(yes) as text
+        return con.execute(
+            "SELECT dataset_version, doc_id, label_id, prompt_id, model, p_yes::VARCHAR FROM judgements ORDER BY ALL"
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def test_a_set_based_store_keeps_what_row_by_row_inserts_kept(tmp_path):
+    """store() writes a batch in one statement; what lands is what the former executemany of
+    INSERT OR IGNORE kept: the first answer of a pair already stored, and of a pair repeated
+    within the batch; NaN and infinities as given."""
+    import duckdb
+
+    from xmcbench.judge.cache import _SCHEMA
+
+    rng = np.random.default_rng(0)
+    batches = []
+    for n in (40, 300, 1):
+        docs, labs = rng.integers(0, 12, n), rng.integers(0, 5, n)  # many repeats, within and across batches
+        p = rng.random(n)
+        p[rng.random(n) < 0.1] = np.nan
+        p[rng.random(n) < 0.05] = np.inf
+        batches.append((docs, labs, p))
+    new = JudgementCache(tmp_path / "new.duckdb")
+    for docs, labs, p in batches:
+        new.store("v1", "eurlex-4k", "m@1", docs, labs, p)
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    con.execute(_SCHEMA)
+    for docs, labs, p in batches:
+        rows = [("v1", int(d), int(lab), "eurlex-4k", "m@1", float(x)) for d, lab, x in zip(docs, labs, p, strict=True)]
+        con.executemany(
+            "INSERT OR IGNORE INTO judgements (dataset_version, doc_id, label_id, prompt_id, model, p_yes) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+    con.close()
+    old = _stored(tmp_path / "old.duckdb")
+    assert _stored(tmp_path / "new.duckdb") == old
+    assert {r[5] for r in old} >= {"nan", "inf"} and len(old) < 341  # the cases above were exercised
+    # the first occurrence wins within one batch, whatever its position
+    new.store("v2", "p", "m", np.array([7, 3, 7, 7]), np.array([1, 1, 1, 2]), np.array([0.1, 0.2, 0.3, 0.4]))
+    got = new.lookup("v2", "p", "m", np.array([7, 3, 7]), np.array([1, 1, 2]))
+    np.testing.assert_array_equal(got, [0.1, 0.2, 0.4])
+
+
 def test_quality_measures_on_a_perfect_and_a_useless_judge(synth_dataset):
     from xmcbench.data import load_dataset
 
@@ -147,3 +198,14 @@ def test_local_folder_names_where_the_weights_are_without_converting_anything(tm
     assert local_folder(str(tmp_path / "judge")) == tmp_path / "judge"
     assert local_folder("~/m") == Path.home() / "m"
     assert local_folder(str(tmp_path / "model.gguf")) is None  # its copy is known by the file's sha256
+
+
+def test_the_cache_speed_script_runs_both_ways_and_saves_json(tmp_path, capsys):
+    from benchmarks.bench_judge_cache import main
+
+    out = tmp_path / "judge-cache.json"
+    result = main(["--rows", "30,60", "--repeat", "1", "--out", str(out)])
+    assert [r["name"] for r in result["rows"]] == ["judge_cache_store_30", "judge_cache_store_60"]
+    assert all(r["xmcbench_s"] > 0 and r["peer_s"] > 0 for r in result["rows"])
+    assert json.loads(out.read_text())["rows"] == result["rows"]
+    assert "60 rows: xmcbench" in capsys.readouterr().out

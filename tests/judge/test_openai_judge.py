@@ -77,6 +77,29 @@ def test_a_slow_server_times_out_with_one_clear_error():
         assert time.monotonic() - start < 2.0
 
 
+@pytest.mark.parametrize("mode", ["trickle", "trickle_head"])
+def test_a_server_that_trickles_its_reply_meets_the_deadline(mode):
+    """timeout_s bounds each try as a whole, not each read: the server here sends a byte every
+    0.02 s, so every read is quick but the whole reply would take seconds."""
+    key = "sk-test-trickle-0123456789"
+    with JudgeServer(_score, mode=mode, delay_s=0.02) as srv:
+        j = OpenAIJudge(srv.base_url, "m", api_key=key, timeout_s=0.3, retries=1, backoff_s=0.01, concurrency=1)
+        start = time.monotonic()
+        with pytest.raises(JudgeError, match=r"failed 2 times \(last: no whole reply within the 0.3 s deadline") as err:
+            j.p_yes(["d"], ["l"], PROMPT)
+        elapsed = time.monotonic() - start
+        assert srv.requests == 2 and j.stats.retries == 1
+    whole_reply_s = 0.02 * 300  # the reply is over 300 bytes
+    assert elapsed < whole_reply_s
+    assert srv.base_url in str(err.value) and key not in str(err.value)
+
+
+def test_a_trickled_reply_that_ends_within_the_deadline_is_read():
+    with JudgeServer(_score, mode="trickle", delay_s=0.0) as srv:
+        j = OpenAIJudge(srv.base_url, "m", timeout_s=30, retries=0)
+        assert j.p_yes(["usb"], ["l"], PROMPT)[0] == pytest.approx(0.8)
+
+
 def test_a_client_error_is_not_retried():
     with JudgeServer(_score, mode="bad_request") as srv:
         with pytest.raises(JudgeError, match="HTTP 400"):

@@ -34,7 +34,7 @@ class JudgeConfig(BaseModel):
     base_url: str | None = None
     api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
     concurrency: int = Field(default=4, gt=0)
-    timeout_s: float = Field(default=60.0, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0)  # seconds each try may take in all: connect, send, the whole reply
     retries: int = Field(default=3, ge=0)
     max_doc_chars: int = Field(default=3000, gt=0)
 

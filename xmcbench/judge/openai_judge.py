@@ -12,6 +12,10 @@ doubling); other HTTP errors, a reply of the wrong shape and a server that stays
 raise ``JudgeError``. Standard library only.
 Documents longer than ``max_doc_chars`` are cut (the question is kept whole) and counted.
 
+``timeout_s`` is each try's deadline as a whole (connect, send, read the whole reply), not only
+each socket operation's: a server that trickles a byte every few seconds would pass a per-read
+timeout for ever. When it passes, the try's sockets are shut down and it counts as a timeout.
+
 The API key goes in the Authorization header and nowhere else: the base URL may carry no
 credentials or query (it becomes the recorded revision and the cache's model key), and error
 messages are masked (a server may echo the header back).
@@ -19,10 +23,12 @@ messages are masked (a server may echo the header back).
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import logging
 import math
+import socket
 import threading
 import time
 import urllib.error
@@ -117,6 +123,7 @@ class OpenAIJudge:
             headers["Authorization"] = f"Bearer {self.api_key}"
         url = f"{self.base_url}/chat/completions"
         last = ""
+        out_of_time = False  # the last try ran past its deadline
         asked_wait = 0.0  # a 429 / 503's Retry-After, in seconds
         for attempt in range(self.retries + 1):
             if attempt:
@@ -124,32 +131,59 @@ class OpenAIJudge:
                     self.stats.retries += 1
                 time.sleep(max(self.backoff_s * 2 ** (attempt - 1), asked_wait))
                 asked_wait = 0.0
+            deadline = _Deadline(self.timeout_s)
             try:
                 req = urllib.request.Request(url, data=data, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    raw = resp.read()
+                with deadline:
+                    raw = self._send(req, deadline)
+                # a reply without a length ends where the deadline shut the socket: it may be a part
+                out_of_time = deadline.cut
+                if out_of_time:
+                    continue
                 try:
                     return json.loads(raw)
                 except ValueError:  # not JSON, or not UTF-8: a proxy's page, a reply cut short
                     last = f"a reply that is not JSON: {raw[:80].decode(errors='replace')!r}"
             except urllib.error.HTTPError as exc:
+                out_of_time = False
                 last = f"HTTP {exc.code} {exc.reason}"
                 asked_wait = _retry_after(exc.headers)
                 if exc.code not in _RETRYABLE_HTTP:
-                    try:
-                        detail = exc.read()[:300].decode(errors="replace")
-                    except (OSError, http.client.HTTPException):  # the error page itself cut short
-                        detail = ""
+                    detail = getattr(exc, "detail", "")
                     raise JudgeError(self._mask(f"judge server {url} answered {last}: {detail}")) from None
             # http.client.HTTPException: a reply cut short (IncompleteRead), a garbled status line
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+                out_of_time = deadline.cut  # then the error is only the deadline's shutdown
                 last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+        if out_of_time:
+            raise JudgeError(
+                self._mask(
+                    f"judge server {url} failed {self.retries + 1} times (last: no whole reply within the "
+                    f"{self.timeout_s:g} s deadline, timeout_s); is it overloaded? Raise timeout_s or lower "
+                    "concurrency"
+                )
+            )
         raise JudgeError(
             self._mask(
                 f"judge server {url} failed {self.retries + 1} times (last: {last}); is it running, "
                 f"and is the base URL right (it usually ends in /v1)?"
             )
         )
+
+    def _send(self, req: urllib.request.Request, deadline: _Deadline) -> bytes:
+        """The whole reply's body, its sockets watched by ``deadline``. An HTTP error is raised with
+        the start of its page as ``detail`` when it will not be retried, read here, under the deadline."""
+        opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
+        try:
+            with opener.open(req, timeout=self.timeout_s) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code not in _RETRYABLE_HTTP:
+                try:
+                    exc.detail = exc.read()[:300].decode(errors="replace")
+                except (OSError, http.client.HTTPException):  # the error page itself cut short
+                    exc.detail = ""
+            raise
 
     def _one(self, text: str) -> float:
         body = {
@@ -211,6 +245,92 @@ class OpenAIJudge:
         self.stats.asked += len(texts)
         self.stats.llm_seconds += time.perf_counter() - start
         return out
+
+
+class _Deadline:
+    """Ends one try when its time is up by shutting down its sockets, which ends a read or write
+    under way at once (in any thread) and every later one. ``cut``: it did so. A connection that
+    was never made is left to its socket timeout (its error says whether the server is running)."""
+
+    def __init__(self, seconds: float):
+        self.expired = False
+        self.cut = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:  # connected after the time was up
+                self.cut = True
+                _shut(sock)
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            self.cut = bool(self._sockets)
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:  # the plain socket's method: a TLS socket's own shutdown also drops its state under a reader
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:  # closed already, or a plain socket since handed over to its TLS wrapper (watched too)
+        pass
+
+
+class _Watched:
+    """A connection whose sockets its try's deadline watches: the plain socket as soon as it is
+    connected (a TLS handshake can be trickled too), then the TLS socket that takes it over."""
+
+    def __init__(self, *args, deadline: _Deadline, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+        create = self._create_connection
+        self._create_connection = lambda *a, **kw: deadline.watch(create(*a, **kw))
+
+    def connect(self) -> None:
+        super().connect()
+        self._deadline.watch(self.sock)
+
+
+class _WatchedHTTP(_Watched, http.client.HTTPConnection):
+    pass
+
+
+class _WatchedHTTPS(_Watched, http.client.HTTPSConnection):
+    pass
+
+
+class _DeadlineHandler:
+    """urllib's handler (proxies, TLS set-up as before) opening a watched connection."""
+
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self._deadline = deadline
+
+    def do_open(self, http_class, req, **kwargs):
+        watched = _WatchedHTTPS if issubclass(http_class, http.client.HTTPSConnection) else _WatchedHTTP
+        return super().do_open(functools.partial(watched, deadline=self._deadline), req, **kwargs)
+
+
+class _HTTPHandler(_DeadlineHandler, urllib.request.HTTPHandler):
+    pass
+
+
+class _HTTPSHandler(_DeadlineHandler, urllib.request.HTTPSHandler):
+    pass
 
 
 _MAX_RETRY_AFTER_S = 60.0
