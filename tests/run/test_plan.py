@@ -247,6 +247,15 @@ def test_a_batch_larger_than_the_training_set_is_planned_at_the_training_set():
     assert any(
         "training.batch_size 100,000 is more than the 120 training queries: planned at 120" in n for n in big.notes
     )
+    assert big.warnings() == []  # one GPU: a step takes them all
+    # across GPUs the incomplete last batch is dropped, so the run would refuse it: plan says so (exit 3)
+    two = plan_recipe(
+        load_recipe("recipes/smoke/dexml.yaml", [*SMALL, "training.batch_size=100000"]), num_gpus=2, lengths=lengths
+    )
+    assert two.fits and "across 2 GPUs the run refuses training.batch_size 100,000" in two.warnings()[0]
+    sets = [f"--set={s}" for s in [*SMALL, "training.batch_size=100000"]]
+    result = CliRunner().invoke(app, ["plan", "recipes/smoke/dexml.yaml", "--num-gpus", "2", *sets])
+    assert result.exit_code == 3 and "set it to at most 120" in result.output
 
 
 def _longest(tokenizer, texts, cap):

@@ -44,11 +44,15 @@ def plan(
         ),
     ] = None,
     format: Annotated[
-        str, typer.Option("--format", "-f", help="text or json (exit code 3 in both when it will not fit).")
+        str,
+        typer.Option(
+            "--format", "-f", help="text or json (exit code 3 in both when it will not fit or a run would refuse it)."
+        ),
     ] = "text",
 ) -> None:
     """Estimate, before a run, GPU memory per device, label-embedding and classifier sizes, step time and
-    total GPU-hours for the recipe's dataset and hardware; warn when it will not fit (exit code 3).
+    total GPU-hours for the recipe's dataset and hardware; warn when it will not fit, or when a run would
+    refuse the recipe on that hardware (exit code 3).
     For LMTX, also its judge's work: questions, prompt tokens and GPU-hours, at most.
 
     Batches are padded to their longest text: with the dataset prepared here, its longest texts are
@@ -73,7 +77,7 @@ def plan(
         console.print_json(strict_json(result.as_dict()))
     else:
         console.print(escape(result.render()), highlight=False, soft_wrap=True)
-    if not result.fits:
+    if result.warnings():  # will not fit, or the run would refuse the recipe
         for warning in result.warnings():
             err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
         raise typer.Exit(3)

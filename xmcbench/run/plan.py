@@ -373,6 +373,7 @@ class Plan:
     # the label table; the judge's prefill when it shares the training GPU)
     judge: JudgePlan | None = None  # LMTX's judge: on its own server, the training GPU, or the CPU
     lengths: TextLengths | None = None  # the longest query and label as counted (padded batch widths)
+    refusals: list[str] = field(default_factory=list)  # what the run itself would refuse, before training
     advice: str = (
         "use more GPUs, a smaller training.batch_size, or a larger device"  # what to change if it will not fit
     )
@@ -392,11 +393,12 @@ class Plan:
 
     def warnings(self) -> list[str]:
         if self.fits:
-            return []
+            return list(self.refusals)
         bound = f" with {self.lengths_bound} (an upper bound)" if self.lengths_bound else ""
         return [
+            *self.refusals,
             f"will not fit{bound}: ~{self.per_device_gb:.1f} GB per device > {self.gpu_mem_gb:g} GB on "
-            f"{self.gpu}; {self.advice}"
+            f"{self.gpu}; {self.advice}",
         ]
 
     def as_dict(self) -> dict:
@@ -533,10 +535,16 @@ def plan_recipe(
         f"encoder size from its {'config' if enc.source == 'config' else 'known-size table (Hub id, offline)'}",
         lengths.how,
     ]
+    recipe_batch, refusals = batch, []
     if 0 < n_train < batch:  # a step takes every query there is (the run warns and records this batch)
         notes.append(
             f"training.batch_size {batch:,} is more than the {n_train:,} training queries: planned at {n_train:,}"
         )
+        if g > 1 and method not in ("tfidf", "zero_shot"):  # dual_encoder.make_sampler refuses it
+            refusals.append(
+                f"across {g} GPUs the run refuses training.batch_size {batch:,} (more than the {n_train:,} training "
+                f"queries, and the incomplete last batch is dropped); set it to at most {n_train:,}"
+            )
         batch = n_train
     config = _method_config(recipe)
     regime = (getattr(config, "regime", None) or params.get("regime")) if method == "dexml" else None
@@ -637,7 +645,9 @@ def plan_recipe(
     other_s, judge = 0.0, None
     if method == "maclr":  # counted in steps, not epochs
         token_s = 2 * non_embedding / (g * tflops * 1e12 * utilisation)
-        steps, step_s, encoded = _maclr_work(recipe, config, batch, n_train, n_labels, seq, label_seq, step_s, token_s)
+        steps, step_s, encoded = _maclr_work(
+            recipe, config, recipe_batch, n_train, n_labels, seq, label_seq, step_s, token_s
+        )
         other_s = encoded * token_s
     if lmtx is not None:
         steps, judge = lmtx.steps, lmtx.judge
@@ -669,6 +679,7 @@ def plan_recipe(
         judge=judge,
         lengths=lengths,
         advice=_advice(method, regime, config),
+        refusals=refusals,
     )
 
 
@@ -687,8 +698,9 @@ def _maclr_work(
 
     Stage I's step is ``stage1_step_s``; ``token_s`` is the seconds of one token through the
     encoder's forward pass (a step's backward costs two more). A Stage II or fine-tuning step embeds one
-    view of ``batch`` instances and their ``batch`` labels (instances counted at the contexts' length,
-    an upper bound where they are titles), forward and backward. Outside the steps: the K-means
+    view of ``batch`` instances and their ``batch`` labels (the recipe's batch: pseudo and few-shot pairs
+    can outnumber the instances; instances counted at the contexts' length, an upper bound where they
+    are titles), forward and backward. Outside the steps: the K-means
     encodings of every context (the first and each refresh in Stage I's first half), Stage II's
     encoding of the instances and labels for its pseudo-labels, and the final label table."""
     zero_shot = recipe.supervision.mode == "zero_shot"
