@@ -388,7 +388,15 @@ def test_the_timeout_is_put_back_after_a_push(hub, run_copy, monkeypatch):
 
     before = _http._GLOBAL_CLIENT_FACTORY
     monkeypatch.setattr(c, "HF_HUB_DISABLE_XET", False)  # Xet is off during a push (the fake Hub has no Xet)
+    handle, xet_off = hub._handle, []
+
+    def handler(h, method):
+        xet_off.append(c.HF_HUB_DISABLE_XET)
+        return handle(h, method)
+
+    hub._handle = handler
     xh.push_run(run_copy("dexml"), "tester/timeouts")
+    assert xet_off and all(xet_off)  # uploads through LFS, which the push's timeout bounds
     assert _http._GLOBAL_CLIENT_FACTORY is before  # a library user's own client settings are left alone
     assert c.HF_HUB_DISABLE_XET is False
 

@@ -100,6 +100,25 @@ def test_a_trickled_reply_that_ends_within_the_deadline_is_read():
         assert j.p_yes(["usb"], ["l"], PROMPT)[0] == pytest.approx(0.8)
 
 
+def test_a_whole_reply_is_kept_when_the_deadline_fires_just_after_it_was_read(monkeypatch):
+    """The timer can fire after the reply's last byte was read but before the try ends (its thread
+    descheduled in between): a reply whose Content-Length says it is whole is used, not retried."""
+    from xmcbench.judge import openai_judge
+
+    real_exit = openai_judge._Deadline.__exit__
+
+    def late_exit(self, *exc):
+        self._timer.join()  # the timer fires now, after the read, and shuts the finished try's socket
+        assert self.cut
+        return real_exit(self, *exc)
+
+    monkeypatch.setattr(openai_judge._Deadline, "__exit__", late_exit)
+    with JudgeServer(_score) as srv:
+        j = OpenAIJudge(srv.base_url, "m", timeout_s=0.2, retries=0)
+        assert j.p_yes(["usb"], ["l"], PROMPT)[0] == pytest.approx(0.8)
+        assert srv.requests == 1
+
+
 def test_a_client_error_is_not_retried():
     with JudgeServer(_score, mode="bad_request") as srv:
         with pytest.raises(JudgeError, match="HTTP 400"):

@@ -172,3 +172,29 @@ def test_a_site_written_before_the_generator_tag_is_replaced(tmp_path):
     (out / ".b.html.4242.0123abcd.tmp").write_text("half a page")  # a page write cut off by a kill
     write_site(out, _pages("v1"))
     assert sorted(os.listdir(out)) == ["a.html", "b.html", "index.html"]
+
+
+def test_a_killed_runs_old_site_is_not_taken_by_a_site_whose_long_name_starts_the_same(tmp_path):
+    """The folders beside a site are named after it, cut to fit a file name: two long names that
+    share their start must still not recover (and then replace) each other's old site."""
+    a, b = tmp_path / ("x" * 100 + "a"), tmp_path / ("x" * 100 + "b")
+    write_site(a, _pages("v1"))
+    v1 = _snapshot(a)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    old = site._sibling(a, "old").with_name(site._sibling(a, "old").name.replace(f".{os.getpid()}.", f".{gone.pid}."))
+    os.rename(a, old)  # a's run killed between its renames: its old site waits beside it
+    write_site(b, _pages("v2"))
+    assert b"v2" in (b / "index.html").read_bytes() and _snapshot(old) == v1
+    write_site(a, _pages("v3"))  # a's next run puts it back, then replaces it
+    assert b"v3" in (a / "index.html").read_bytes() and sorted(os.listdir(tmp_path)) == sorted([a.name, b.name])
+
+
+def test_an_out_that_is_a_symlink_loop_is_one_error_line(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for out in (loop, loop / "site"):
+        with pytest.raises(XmcbenchError, match="symbolic link") as exc:
+            write_site(out, _pages("v1"))
+        assert "\n" not in str(exc.value)
+    assert os.listdir(tmp_path) == ["loop"]

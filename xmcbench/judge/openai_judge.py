@@ -137,7 +137,7 @@ class OpenAIJudge:
                 with deadline:
                     raw = self._send(req, deadline)
                 # a reply without a length ends where the deadline shut the socket: it may be a part
-                out_of_time = deadline.cut
+                out_of_time = deadline.cut and not deadline.whole
                 if out_of_time:
                     continue
                 try:
@@ -176,7 +176,12 @@ class OpenAIJudge:
         opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
         try:
             with opener.open(req, timeout=self.timeout_s) as resp:
-                return resp.read()
+                delimited = resp.chunked or resp.length is not None
+                raw = resp.read()
+                # read() raises IncompleteRead on a cut body with a length or chunks: this one is whole,
+                # even if the timer fires before the try ends
+                deadline.whole = delimited
+                return raw
         except urllib.error.HTTPError as exc:
             if exc.code not in _RETRYABLE_HTTP:
                 try:
@@ -255,6 +260,7 @@ class _Deadline:
     def __init__(self, seconds: float):
         self.expired = False
         self.cut = False
+        self.whole = False  # the reply's own framing (length, chunks) said it was read to its end
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._timer = threading.Timer(seconds, self._expire)

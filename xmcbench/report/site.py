@@ -165,9 +165,15 @@ def write_site(out: str | Path, pages: list[tuple[str, str]]) -> list[Path]:
 
 def _site_dir(out: Path) -> Path:
     """The folder to replace, refused where renaming it away would be wrong (``/``, a mount point, ``.``)."""
-    real = out.expanduser().absolute()
-    if real.is_symlink():
-        real = real.resolve()  # the folder the link points to is replaced; the link stays
+    try:
+        real = out.expanduser().absolute()
+        if real.is_symlink():
+            real = real.resolve()  # the folder the link points to is replaced; the link stays
+        resolved = real.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symbolic link loop (Python < 3.13)
+        raise XmcbenchError(
+            f"--out {out} cannot be followed: a symbolic link in it loops or is unreadable ({exc}); give a plain folder"
+        ) from None
     if real.exists() and not real.is_dir():
         raise XmcbenchError(f"--out {out} is a file; give a folder for the site (created if needed)")
     if real.parent == real or os.path.ismount(real):
@@ -179,7 +185,7 @@ def _site_dir(out: Path) -> Path:
         here = Path.cwd().resolve()
     except OSError:
         here = None
-    if here is not None and (real.resolve() == here or real.resolve() in here.parents):
+    if here is not None and (resolved == here or resolved in here.parents):
         raise XmcbenchError(
             f"--out {out} holds the current folder, which replacing the site would pull away; "
             "run from the folder above it (e.g. cd .. && xmcbench site --out NAME)"
@@ -188,7 +194,15 @@ def _site_dir(out: Path) -> Path:
 
 
 def _sibling(out: Path, kind: str) -> Path:
-    return out.with_name(f".{out.name[:100]}.{os.getpid()}.{secrets.token_hex(4)}.site-{kind}")
+    return out.with_name(f".{_sibling_key(out)}.{os.getpid()}.{secrets.token_hex(4)}.site-{kind}")
+
+
+def _sibling_key(out: Path) -> str:
+    """``out``'s name in its siblings' names: cut to fit a file name, with a hash of the whole name when
+    cut, so that two long names sharing their start never take each other's leftovers."""
+    if len(out.name) <= 100:
+        return out.name
+    return f"{out.name[:90]}~{hashlib.sha1(out.name.encode('utf-8', 'surrogateescape')).hexdigest()[:9]}"
 
 
 def _swap(new: Path, out: Path) -> None:
@@ -217,7 +231,7 @@ def _recover(out: Path) -> None:
     left: list[tuple[str, Path]] = []
     for entry in out.parent.iterdir():
         match = _SIBLING.match(entry.name)
-        if match is None or match["name"] != out.name[:100] or pid_alive(int(match["pid"])):
+        if match is None or match["name"] != _sibling_key(out) or pid_alive(int(match["pid"])):
             continue
         if not entry.is_symlink() and entry.is_dir() and _built_site(entry):
             left.append((match["kind"], entry))
