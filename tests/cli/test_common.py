@@ -77,3 +77,104 @@ def test_a_closed_pipe_is_not_reported_as_the_disk(tmp_path):
     result = CliRunner().invoke(_app_raising(BrokenPipeError(errno.EPIPE, "Broken pipe")), [])
     # click's own quiet exit for a reader that went away (`| head`), not our "error:" line
     assert result.output == "" and result.exit_code == 1
+
+
+def _app_given_a_path(error: OSError) -> typer.Typer:
+    """A command that takes a path (as every real one does) and fails with ``error``; ``-v`` as the root's."""
+    from xmcbench.cli import configure_logging
+
+    one = typer.Typer()
+
+    @one.callback()
+    def root(verbose: bool = typer.Option(False, "-v")) -> None:
+        configure_logging(verbose=verbose)
+
+    @one.command()
+    @handle_errors
+    def work(path: str = typer.Argument(...), out: list[str] = typer.Option([], "--out")) -> None:
+        raise error
+
+    return one
+
+
+def _invoke(error: OSError, *args: str):
+    result = CliRunner().invoke(_app_given_a_path(error), [*args])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    return result
+
+
+def test_a_missing_path_the_user_gave_is_the_users_to_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    # given as typed (relative), named by the error in full; and a file inside a folder given to --out
+    missing = OSError(errno.ENOENT, "No such file or directory", str(tmp_path / "truth.txt"))
+    result = _invoke(missing, "work", "truth.txt")
+    assert result.output == f"error: No such file or directory: {tmp_path / 'truth.txt'}\n"
+    inside = OSError(errno.ENOTDIR, "Not a directory", str(tmp_path / "site" / "index.html"))
+    result = _invoke(inside, "work", "x", "--out", str(tmp_path / "site"))
+    assert result.output.startswith("error: Not a directory:") and "unexpected" not in result.output
+    # $XMCBENCH_HOME (the user set it) pointing under a file: the error names a path inside the home
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path / "a-file" / "home"))
+    under_a_file = OSError(errno.ENOTDIR, "Not a directory", str(tmp_path / "a-file" / "home" / "datasets" / ".locks"))
+    assert _invoke(under_a_file, "work", "x").output == (
+        f"error: Not a directory: {tmp_path / 'a-file' / 'home' / 'datasets' / '.locks'}; "
+        f"{tmp_path / 'a-file'} is a file where a folder is needed: move it, or give another path\n"
+    )
+
+
+def test_a_missing_file_xmcbench_should_have_made_reads_as_a_bug(tmp_path, monkeypatch):
+    """A FileNotFoundError inside the home that no option named is xmcbench's own doing: the line says
+    so and how to report it, not as if the user had mistyped a path."""
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path))
+    own = tmp_path / "datasets" / "d" / "prepared" / "meta.json"
+    result = _invoke(FileNotFoundError(errno.ENOENT, "No such file or directory", str(own)), "work", "d")
+    line = result.output.strip()
+    assert len(result.output.strip().splitlines()) == 1
+    assert line.startswith("error: unexpected FileNotFoundError inside xmcbench (most likely a bug")
+    assert f"No such file or directory: {own}" in line and "-v" in line and "report" in line
+    # an OSError naming no file and no errno (a library's words) is not the user's either
+    assert "unexpected OSError" in _invoke(OSError("tokenizer state lost"), "work", "d").output
+    # nor one naming a file descriptor, or bytes
+    assert "unexpected OSError" in _invoke(OSError(errno.EBADF, "Bad file descriptor", 7), "work", "d").output
+    as_bytes = OSError(errno.ENOENT, "No such file or directory", str(own).encode())
+    assert "unexpected FileNotFoundError" in _invoke(as_bytes, "work", "d").output
+    # a path the user gave that merely starts like the named file does not count as the same
+    twin = FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path / "runs-old" / "x"))
+    assert "unexpected" in _invoke(twin, "work", str(tmp_path / "runs")).output
+
+
+def test_the_bugs_traceback_is_there_with_v(tmp_path, monkeypatch):
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path))
+    error = FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path / "cache" / "x.npy"))
+    quiet = _invoke(error, "work", "d")
+    assert "Traceback" not in quiet.output
+    verbose = _invoke(error, "-v", "work", "d")
+    assert "Traceback (most recent call last)" in verbose.stderr and "unexpected FileNotFoundError" in verbose.stderr
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.EIO, "Input/output error", "/data/x"),
+        OSError(errno.EMFILE, "Too many open files", "/data/x"),
+        ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
+        TimeoutError("timed out"),
+        OSError("IO Error: No space left on device"),  # DuckDB's words, no errno
+    ],
+)
+def test_the_machine_and_the_network_are_never_called_a_bug(tmp_path, monkeypatch, error):
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path))
+    result = _invoke(error, "work", "d")
+    assert "unexpected" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_an_http_clients_error_is_not_called_a_bug(tmp_path, monkeypatch):
+    """huggingface_hub's and requests' errors are OSErrors: a server's answer or a lost network."""
+    import requests
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path))
+    for error in (requests.ConnectionError("Max retries exceeded"), LocalEntryNotFoundError("not in the cache")):
+        result = _invoke(error, "work", "d")
+        assert "unexpected" not in result.output and result.output.startswith("error: "), result.output

@@ -179,3 +179,13 @@ def test_ingest_of_the_folder_above_the_runs_points_at_them(runs_dir):
     assert result.exit_code == 0 and "0 ingested" in result.stdout
     assert f"`xmcbench ingest {runs_dir}`" in result.stderr
     assert "note:" not in runner.invoke(app, ["ingest", str(runs_dir)]).stderr
+
+
+def test_show_piped_keeps_hashes_and_paths_whole(runs_dir):
+    """Piped (a file, `| grep`), each section is printed at its full width: the recipe hash and the
+    packages line are one line each, whatever the terminal's width was."""
+    runner.invoke(app, ["ingest", str(runs_dir)])
+    result = runner.invoke(app, ["runs", "show", "20261121-1015"], env={"COLUMNS": "60"})
+    assert result.exit_code == 0, result.output
+    assert any("f" * 64 in line for line in result.stdout.splitlines())
+    assert any("numpy 2.1.0, torch 2.13.0" in line for line in result.stdout.splitlines())

@@ -12,6 +12,7 @@ import logging
 import sys
 
 import typer
+import typer.core
 
 from xmcbench import __version__
 from xmcbench.cli import (
@@ -31,7 +32,46 @@ from xmcbench.cli import (
     table,
 )
 
+# click's error types, wherever this typer takes them from (newer releases carry their own copy of click)
+_CLICK_ERRORS = {c.__name__: c for c in typer.BadParameter.__mro__}
+_ClickException, _UsageError = _CLICK_ERRORS["ClickException"], _CLICK_ERRORS["UsageError"]
+
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """The root command: a mistyped command, option or value is one line on stderr, like xmcbench's own
+    errors (what is wrong, and the --help that shows the right spelling), with click's exit status 2."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # the help is printed already
+                sys.exit(exc.exit_code)
+            sys.exit(_usage_line(exc))
+        except typer.Abort:
+            typer.echo("Aborted.", err=True)
+            sys.exit(1)
+        # a command's return value is not an exit status; typer.Exit's code comes back as an int
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_line(exc) -> int:
+    from rich.markup import escape
+
+    from xmcbench.cli._common import err_console
+
+    message = " ".join(exc.format_message().split())  # click folds long messages over lines
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, _UsageError) and ctx is not None:
+        message = f"{message.rstrip('.')} (see `{ctx.command_path} --help`)"
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return exc.exit_code
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="xmcbench",
     help="Benchmarks and leaderboards for extreme multi-label classification (XMC).",
     no_args_is_help=True,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import json
 import logging
 import math
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,7 +20,7 @@ from rich.markup import escape
 
 from xmcbench import paths
 from xmcbench.errors import XmcbenchError
-from xmcbench.faults import DISK_FULL_ERRNOS, NOT_WRITABLE_ERRNOS
+from xmcbench.faults import DISK_FULL_ERRNOS, NOT_WRITABLE_ERRNOS, cannot_write
 
 # Lines that carry a path, a run id or a command are printed with soft_wrap=True: the terminal folds
 # them, rich never breaks them with a newline, so they copy back whole. Tables and live displays
@@ -33,9 +35,11 @@ log = logging.getLogger("xmcbench.cli")
 def handle_errors(fn: F) -> F:
     """Turn an XmcbenchError into one red line on stderr and exit status 1 (no traceback).
 
-    A full or read-only disk, a permission denied and running out of memory are the machine's
-    state, not bugs: they get one line too, saying what to do (the traceback is logged at debug
-    level, for ``-v``)."""
+    A full or read-only disk, a permission denied, running out of memory, the network and a path
+    the user gave are the machine's state or the user's input, not bugs: they get one line too,
+    saying what to do. Any other OSError (a file xmcbench itself should have made, say) is a bug
+    that only looks like the user's: its line says so and how to report it. The traceback is
+    logged at debug level in both cases, for ``-v``."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -56,7 +60,9 @@ def handle_errors(fn: F) -> F:
             raise  # the reader of stdout went away (`| head`): nothing is wrong with the work
         except OSError as exc:
             log.debug("%s", exc, exc_info=True)
-            _error_line(os_error_line(exc))
+            if expected_os_error(exc, given_paths(args, kwargs)):
+                _error_line(os_error_line(exc))
+            _error_line(unexpected_os_error_line(exc))
 
     return wrapper  # type: ignore[return-value]
 
@@ -67,11 +73,102 @@ def _error_line(message: str) -> None:
     raise typer.Exit(1) from None
 
 
+# The machine's state whatever the path: the disk, the permissions, the kernel's limits, the network.
+_MACHINE_ERRNOS = frozenset(
+    DISK_FULL_ERRNOS
+    + NOT_WRITABLE_ERRNOS
+    + (errno.EIO, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENAMETOOLONG, errno.ETXTBSY, errno.EBUSY)
+    + (errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT)
+    + (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN)
+)
+# HTTP clients raise OSErrors for a server's answer (401, 404) or a broken connection: the
+# network's or the user's (a repo name, a token), never a bug of the file system's kind.
+_NETWORK_MODULES = ("requests", "urllib3", "httpx", "httpx2", "huggingface_hub")
+
+
+def given_paths(args: tuple, kwargs: dict) -> list[str]:
+    """The values a command was called with that can name a file (strings and paths, alone or in lists)."""
+    found: list[str] = []
+    for value in (*args, *kwargs.values()):
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, (str, os.PathLike)) and str(item):
+                found.append(str(item))
+    return found
+
+
+def _absolute(path: str | os.PathLike) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+
+
+def _related(filename: Path, given: Path) -> bool:
+    """The same path, one inside the other: a file in a folder the user gave, or a folder on the way to it."""
+    return filename.is_relative_to(given) or given.is_relative_to(filename)
+
+
+def expected_os_error(exc: OSError, given: list[str]) -> bool:
+    """True when ``exc`` is the machine's state or the user's input rather than a bug in xmcbench.
+
+    By errno: a full or read-only disk, permissions, I/O errors, the kernel's limits and the network
+    are the machine's wherever they happen. By type: HTTP clients' errors and connection errors
+    (a server's answer, a lost network). By path: any other error (a missing file, a folder where
+    a file was expected) is the user's only when it names a path the command was given, a file in
+    a folder it was given, or $XMCBENCH_HOME (which the user set) or a folder above it. A missing
+    file inside the home that no option named is one xmcbench should have made: a bug.
+    """
+    if exc.errno in _MACHINE_ERRNOS:
+        return True
+    if isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror, socket.herror)):
+        return True
+    if any(cls.__module__.split(".")[0] in _NETWORK_MODULES for cls in type(exc).__mro__):
+        return True
+    if exc.errno is None and cannot_write(exc):  # a writer's own words for the disk (DuckDB, safetensors)
+        return True
+    named = [
+        _absolute(os.fsdecode(f))
+        for f in (exc.filename, exc.filename2)
+        if isinstance(f, (str, bytes, os.PathLike)) and f
+    ]
+    if not named:
+        return False
+    if exc.errno == errno.ENOTDIR:  # the file in the way is what the error is about, not the path asked for
+        named = [_file_in_the_way(f) for f in named]
+    home = _absolute(paths.home())
+    for filename in named:
+        if any(_related(filename, _absolute(g)) for g in given) or home.is_relative_to(filename):
+            return True
+    return False
+
+
+def _file_in_the_way(path: Path) -> Path:
+    """The folder of ``path`` (or ``path`` itself) that is a file, where one was expected; else ``path``."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return path if candidate.is_dir() else candidate
+    return path
+
+
+def unexpected_os_error_line(exc: OSError) -> str:
+    """One line for an OSError that is not the user's or the machine's doing: say it is a bug."""
+    return (
+        f"unexpected {type(exc).__name__} inside xmcbench (most likely a bug; it names no path you gave): "
+        f"{_what(exc)}; please report it with the traceback that the same command prints with -v "
+        "(xmcbench -v COMMAND ...)"
+    )
+
+
+def _what(exc: OSError) -> str:
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def os_error_line(exc: OSError) -> str:
     """'<what the system said>: <path>[; <what to do>]': a full or read-only disk, a permission
     denied, a path that is not there are the machine's state, not bugs (``-v`` logs the traceback)."""
-    where = f": {exc.filename}" if exc.filename else ""
-    line = f"{exc.strerror or exc}{where}"
+    line = _what(exc)
+    if exc.errno == errno.ENOTDIR and isinstance(exc.filename, str):
+        in_the_way = _file_in_the_way(_absolute(exc.filename))
+        if in_the_way != _absolute(exc.filename):
+            return f"{line}; {in_the_way} is a file where a folder is needed: move it, or give another path"
     if exc.errno in DISK_FULL_ERRNOS:
         return f"{line}; free some space or set XMCBENCH_HOME to a larger disk"
     if exc.errno in NOT_WRITABLE_ERRNOS:

@@ -83,7 +83,7 @@ def compare(
         emit_rows(rows, format)
         return
     table = Table(
-        title=f"A − B on {escape(result.dataset)} {escape(str(result.split))} ({result.n_queries:,} queries, {result.n_boot} paired resamples)",
+        title=f"A − B on {escape(result.dataset)} {escape(str(result.split))} ({result.n_queries:,} queries, {result.n_boot:,} paired resamples)",
         caption="* the 95% interval excludes 0",
     )
     for header in ("metric", "A", "B", "A − B", "95% interval", ""):

@@ -214,6 +214,7 @@ def info(
         f"[bold]{escape(ds.name)}[/]  query text: {escape(ds.query_text)}  ·  propensity A/B: {ds.propensity_a:g} / "
         f"{ds.propensity_b:g}  ·  version {ds.version}",
         highlight=False,
+        soft_wrap=True,  # the version id stays on its line, whole, to be copied back
     )
     console.print(f"[dim]{escape(str(ds.path))}[/]", highlight=False, soft_wrap=True)
     console.print(

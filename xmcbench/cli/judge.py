@@ -139,7 +139,8 @@ def eval_(
         f"[bold]{escape(s['backend'])} {escape(s['model_id'])}[/] on {escape(ds.name)}, prompt {escape(prompt)}: "
         f"{report.n_pairs} pairs, {s['asked']} asked, {s['cache_hits']} cached, {s['truncated']} truncated; "
         f"load {load_s:.1f} s, {s['llm_seconds']:.1f} LLM-s"
-        + (f" ({s['judgements_per_s']:.2f} judgements/s)" if s["judgements_per_s"] else "")
+        + (f" ({s['judgements_per_s']:.2f} judgements/s)" if s["judgements_per_s"] else ""),
+        soft_wrap=True,
     )
     table = Table()
     for col in ("group", "pairs", "accuracy@0.5", "accuracy@best", "AUC"):
@@ -159,7 +160,8 @@ def eval_(
         console.print(
             f"injection {escape(json.dumps(text))}: P(yes) on negatives {r['mean_shift_negatives']:+.3f}, "
             f"on positives {r['mean_shift_positives']:+.3f}; negatives flipped to yes "
-            f"{100 * r['negatives_flipped_to_yes']:.1f}%; AUC after {r['auc_after']:.3f}"
+            f"{100 * r['negatives_flipped_to_yes']:.1f}%; AUC after {r['auc_after']:.3f}",
+            soft_wrap=True,
         )
 
 
@@ -206,6 +208,9 @@ def cache_clear(
 
     c = JudgementCache(path)
     if not yes:
-        typer.confirm(f"delete judgements from {c.path}?", abort=True)
+        try:
+            typer.confirm(f"delete judgements from {c.path}?", abort=True)
+        except typer.Abort:  # "n", Enter, or no terminal to answer on
+            raise XmcbenchError("nothing deleted; answer y, or pass --yes to delete without being asked") from None
     n = c.clear(dataset_version=dataset_version, model=model)
     console.print(f"{n} judgements deleted")

@@ -65,6 +65,12 @@ def run(
 
     The run directory (record.json, recipe.yaml, predictions.npz, checkpoints/) is written as the
     run goes; Ctrl-C leaves it 'interrupted' and `--resume RUN_ID` continues from the last phase done.
+
+    Examples:
+
+      xmcbench run smoke/tfidf                      # a shipped recipe by name (about 15 s on a CPU)
+      xmcbench run recipes/dexml.yaml --set training.epochs=3
+      xmcbench run --resume RUN_ID
     """
     from xmcbench.run import run_recipe
     from xmcbench.run.shipped import resolve_recipe

@@ -198,21 +198,22 @@ def show(
         highlight=False,
         soft_wrap=True,
     )
+    # piped, each section is printed whole (print_rich): hashes, paths and ids stay on one line
     if record.get("error"):
-        console.print(f"[red]error:[/] {escape(record['error'])}", highlight=False)
-    console.print(_fields("task", record.get("task")))
-    console.print(_fields("model", record.get("model")))
-    console.print(_scores(record))
+        console.print(f"[red]error:[/] {escape(record['error'])}", highlight=False, soft_wrap=True)
+    print_rich(_fields("task", record.get("task")))
+    print_rich(_fields("model", record.get("model")))
+    print_rich(_scores(record))
     compute = dict(record.get("compute") or {})
     walls = compute.pop("wall_time_s", None) or {}
     compute.update({f"wall {phase} (s)": seconds for phase, seconds in walls.items()})
-    console.print(_fields("compute", compute))
-    console.print(_fields("accounting", record.get("accounting")))
+    print_rich(_fields("compute", compute))
+    print_rich(_fields("accounting", record.get("accounting")))
     provenance = dict(record.get("provenance") or {})
     packages = provenance.pop("packages", None) or {}
     if packages:
         provenance["packages"] = ", ".join(f"{name} {version}" for name, version in sorted(packages.items()))
-    console.print(_fields("provenance", provenance))
+    print_rich(_fields("provenance", provenance))
     if train_log:
         console.print(loss_curve(train_log), highlight=False, markup=False, soft_wrap=True)
 

@@ -19,7 +19,9 @@ def smoke(
     ] = None,
     only: Annotated[list[str] | None, typer.Option(help="Run only these recipes (file stem, repeatable).")] = None,
     db: Annotated[Path | None, typer.Option(help="Results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")] = None,
-    runs_dir: Annotated[Path | None, typer.Option(help="Where run directories go.")] = None,
+    runs_dir: Annotated[
+        Path | None, typer.Option(help="Where run directories go (default: $XMCBENCH_HOME/runs).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     jobs: Annotated[
         int,

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, err_console, handle_errors
+from xmcbench.cli._common import console, err_console, handle_errors, print_rich
 from xmcbench.errors import XmcbenchError
 
 _STYLE = {
@@ -120,7 +120,7 @@ def _show_status(sweep_id: str) -> None:
             if e["status"] in ("running", "queued") and read_run(runs_dir, e.get("run_id")) is None:
                 e["status"] = "interrupted"
                 e["error"] = "the sweep is no longer running; the same sweep command resumes it"
-    console.print(status_table(record, states))
+    print_rich(status_table(record, states))  # piped: whole run ids, one row a line
     console.print(f"sweep record: {escape(str(sweep_path(sweep_id)))}", highlight=False, soft_wrap=True)
 
 
@@ -178,6 +178,12 @@ def sweep(
     (CUDA_VISIBLE_DEVICES; several GPUs through torchrun). Ctrl-C stops the running runs and
     records them interrupted; the same command again resumes those and skips finished ones (same
     recipe, data and code). `xmcbench table --sweep SWEEP_ID` shows the sweep's results.
+
+    Examples:
+
+      xmcbench sweep recipes/smoke/*.yaml --seeds 0,1 --jobs 2      # CPU, two runs at a time
+      xmcbench sweep recipes/dexml.yaml --grid training.lr=1e-4,2e-4 --seeds 0-2 --dry-run
+      xmcbench sweep --status latest
     """
     from xmcbench.sweep import LAUNCHERS, SlurmOptions, expand, preview, run_sweep
     from xmcbench.sweep.local import parse_gpus
@@ -197,12 +203,12 @@ def sweep(
     gpu_ids = [] if gpus is not None and gpus.strip().lower() in ("none", "cpu", "") else parse_gpus(gpus)
     plan = expand(recipes, sets=set_ or [], grid=grid or [], seeds=seeds)
     if dry_run:
-        table = Table(title=escape(f"{plan.sweep_id}: {len(plan.runs)} runs (dry run)"), title_justify="left")
+        table = Table(title=escape(f"{plan.sweep_id}: {_runs(len(plan.runs))} (dry run)"), title_justify="left")
         for column in ("#", "run", "GPUs", "overrides", "would"):
             table.add_column(column, overflow="fold")
         for i, (run, action) in enumerate(preview(plan, runs_dir=runs_dir, db=db, force=force), 1):
             table.add_row(str(i), escape(run.key), str(run.gpus), escape(" ".join(run.overrides)), escape(action))
-        console.print(table)
+        print_rich(table)
         return
     options = SlurmOptions(
         partition=partition,
@@ -215,7 +221,7 @@ def sweep(
         executor=slurm_executor,
     )
     command = "xmcbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    console.print(f"sweep {plan.sweep_id}: {len(plan.runs)} runs", highlight=False, soft_wrap=True)
+    console.print(f"sweep {plan.sweep_id}: {_runs(len(plan.runs))}", highlight=False, soft_wrap=True)
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill SWEEP` stops its runs like Ctrl-C
     try:
@@ -261,3 +267,7 @@ def sweep(
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"

@@ -120,7 +120,8 @@ def table(
         str | None,
         typer.Option(
             "--results",
-            help="Also show the runs shared in a Hub dataset repo, hf://datasets/ORG/NAME[@REV] (de-duplicated by run id).",
+            help="Also show the runs shared in a Hub dataset repo, hf://datasets/ORG/NAME (add @REV for a revision; "
+            "de-duplicated by run id).",
         ),
     ] = None,
 ) -> None:
@@ -134,6 +135,12 @@ def table(
 
     Runs on different dataset versions or propensity settings are never mixed in one table: if a
     dataset's runs span several, the command lists them and asks for --dataset-version / --propensity.
+
+    Examples:
+
+      xmcbench table                                  # every dataset: best P@1 per method
+      xmcbench table -d LF-AmazonTitles-131K -f markdown
+      xmcbench table --sweep latest                   # the runs of the last sweep
     """
     from xmcbench.report import FORMATS, build_overview, build_table
 
@@ -141,6 +148,10 @@ def table(
         raise XmcbenchError(f"unknown table format {format!r}; choose one of {', '.join(FORMATS)}")
     if paper is not None and paper.lower() not in ("prime", "unidec", "dexml", "maclr", "lmtx"):
         raise XmcbenchError(f"unknown --paper {paper!r}; choose one of prime, unidec, dexml, maclr, lmtx")
+    if setting is not None and not _known_setting(setting):
+        raise XmcbenchError(
+            f"unknown --setting {setting!r}; choose full, few-shot (or one fraction, e.g. few-shot-1%) or zero-shot"
+        )
     if latest and all_runs:
         raise XmcbenchError("--latest picks one run per method and --all-runs shows every run; give one of them")
     if sweep is not None and (latest or all_runs):
@@ -224,6 +235,14 @@ def print_table(result, format: str) -> None:
         out.print(to_rich(result, width=out.width))
     else:
         typer.echo(to_text(result, width=None), nl=False)
+
+
+def _known_setting(setting: str) -> bool:
+    """A setting, or the start of one, that some row can have (the table matches settings by prefix)."""
+    from xmcbench.report.table import SECTIONS
+
+    wanted = setting.lower().replace("_", "-")
+    return bool(wanted) and any(s.startswith(wanted) or wanted.startswith(s) for s in SECTIONS)
 
 
 def _sweep_labels(store, sweep_id: str) -> dict[str, str]:

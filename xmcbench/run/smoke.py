@@ -35,12 +35,20 @@ class SmokeOutcome:
 
 def smoke_recipes(directory: Path | None = None, only: list[str] | None = None) -> list[Path]:
     directory = Path(directory or default_smoke_dir())
+    if not directory.is_dir():
+        raise XmcbenchError(f"no such folder: {directory}; give --recipes-dir a folder of smoke recipes (*.yaml)")
     recipes = sorted(directory.glob("*.yaml"))
+    if not recipes:
+        raise XmcbenchError(f"no smoke recipes (*.yaml) in {directory}")
     if only:
         wanted = {o.lower() for o in only}
+        unknown = sorted(wanted - {r.stem.lower() for r in recipes})
+        if unknown:
+            raise XmcbenchError(
+                f"no smoke recipe {', '.join(unknown)} in {directory}; --only takes these names: "
+                + ", ".join(r.stem for r in recipes)
+            )
         recipes = [r for r in recipes if r.stem.lower() in wanted]
-    if not recipes:
-        raise XmcbenchError(f"no smoke recipes found in {directory}" + (f" matching {only}" if only else ""))
     return recipes
 
 
