@@ -1,9 +1,15 @@
-"""Progress bars for long work (rich), on stderr so stdout stays data; ``enabled=False`` / ``--quiet`` silences them."""
+"""Progress bars for long work (rich), on stderr so stdout stays data; ``enabled=False`` / ``--quiet`` silences them.
+
+Where stderr is no terminal (a log file, a pipe, a batch job), a bar would be silent for a whole
+epoch; ``task`` then logs a line instead, at most every ``XMCBENCH_PROGRESS_SECONDS`` (default 60):
+what, how far, how long, and about how long is left."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partialmethod
@@ -14,6 +20,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 T = TypeVar("T")
 _ENABLED = {"bars": True}
+log = logging.getLogger(__name__)
+DEFAULT_LINE_SECONDS = 60.0
 
 
 def set_enabled(enabled: bool) -> None:
@@ -69,11 +77,54 @@ def track(items: Iterable[T], description: str, total: int | None = None, enable
         yield from progress.track(items, total=total, description=description)
 
 
+def line_seconds() -> float:
+    """Seconds between progress lines where no bar can show (``XMCBENCH_PROGRESS_SECONDS``)."""
+    raw = os.environ.get("XMCBENCH_PROGRESS_SECONDS", "")
+    try:
+        seconds = float(raw) if raw.strip() else DEFAULT_LINE_SECONDS
+    except ValueError:
+        seconds = DEFAULT_LINE_SECONDS
+    return seconds if seconds > 0 else DEFAULT_LINE_SECONDS
+
+
+class _Lines:
+    """``advance`` for a task with no bar: a log line when ``every`` seconds have passed since the last."""
+
+    def __init__(self, description: str, total: float | None, every: float):
+        self.description, self.total, self.every = description, total, every
+        self.done = 0.0
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, n: float = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        elapsed = now - self.start
+        where = f"{self.done:,.0f}"
+        if self.total:
+            where += f"/{self.total:,.0f} ({100 * self.done / self.total:.0f}%)"
+            if 0 < self.done < self.total:
+                where += f", ~{_duration(elapsed * (self.total - self.done) / self.done)} left"
+        log.info("%s: %s, %s so far", self.description, where, _duration(elapsed))
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
 @contextmanager
 def task(description: str, total: float | None, enabled: bool = True):
-    """A bar advanced by hand: ``with task("encode", n) as advance: advance(batch)``."""
+    """A bar advanced by hand: ``with task("encode", n) as advance: advance(batch)``; where stderr
+    is no terminal, a log line every ``line_seconds()`` instead."""
     if not bars_enabled(enabled):
-        yield lambda n=1: None
+        yield _Lines(description, total, line_seconds()) if enabled else (lambda n=1: None)
         return
     with make_progress(transient=True) as progress:
         tid = progress.add_task(description, total=total)
