@@ -99,6 +99,20 @@ def test_every_bad_override_is_reported_beside_the_recipes_problems(tmp_path):
     _, problems = check_recipe(path, ["training", "evaluation.bootstrap=-1"])
     keys = [p.key for p in problems]
     assert keys[0] == "training" and "training.epochz" in keys and "evaluation.bootstrap" in keys
+    by_key = {p.key: p.file for p in problems}
+    assert by_key["training.epochz"] == str(path)  # the malformed "training" set nothing: the file's key
+    assert by_key["evaluation.bootstrap"] == "--set evaluation.bootstrap=-1"
+
+
+def test_a_problem_an_override_made_names_the_override_not_the_file(tmp_path):
+    """A mistyped --set key is not in the file at all: the problem names the --set that made it."""
+    path = write(tmp_path, "r.yaml", BASE)
+    _, problems = check_recipe(path, ["training.epoch=3", "training.lr=fast", "training.epochs=2"])
+    assert {p.key: p.file for p in problems} == {
+        "training.epoch": "--set training.epoch=3",
+        "training.lr": "--set training.lr=fast",
+    }
+    assert "--set training.epoch=3: training.epoch: unknown key (did you mean 'epochs'?)" in str(RecipeError(problems))
 
 
 def test_supervision_rules(tmp_path):

@@ -7,6 +7,7 @@ package itself stays free of both. ``check_recipe`` returns every problem at onc
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,21 @@ def check_recipe(path: str | Path, overrides: list[str] | None = None) -> tuple[
     # a malformed --set is reported beside the recipe's own problems, not instead of them
     data, override_problems = overrides_applied(data, overrides or [])
     recipe, problems = check_data(data, str(path))
+    problems = [_blame_override(p, overrides or []) for p in problems]
     if override_problems:
         return None, override_problems + problems
     return recipe, problems
+
+
+def _blame_override(problem: Problem, overrides: list[str]) -> Problem:
+    """A problem at a key an override set (or inside it) is that ``--set``'s, not the file's: the
+    file may not even hold the key (a mistyped ``--set training.epoch=3``)."""
+    for item in reversed(overrides):  # the last override of a key is the one that counts
+        key, applied, _ = item.partition("=")
+        key = key.strip()
+        if applied and key and (problem.key == key or problem.key.startswith(key + ".")):
+            return replace(problem, file=f"--set {item}")
+    return problem
 
 
 def check_data(data: dict[str, Any], file: str) -> tuple[Recipe | None, list[Problem]]:
