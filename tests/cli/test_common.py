@@ -178,3 +178,18 @@ def test_an_http_clients_error_is_not_called_a_bug(tmp_path, monkeypatch):
     for error in (requests.ConnectionError("Max retries exceeded"), LocalEntryNotFoundError("not in the cache")):
         result = _invoke(error, "work", "d")
         assert "unexpected" not in result.output and result.output.startswith("error: "), result.output
+
+
+@pytest.mark.parametrize("text", ["1,,5", "1,3,", ",1", "", "1,x", "0,1", "1;3"])
+def test_a_list_of_k_with_a_gap_or_a_bad_item_is_refused(text):
+    from xmcbench.cli._common import parse_int_list
+    from xmcbench.errors import XmcbenchError
+
+    with pytest.raises(XmcbenchError, match="--k expects comma-separated positive integers like 1,3,5"):
+        parse_int_list(text)
+
+
+def test_a_list_of_k_reads_in_order_with_spaces_allowed():
+    from xmcbench.cli._common import parse_int_list
+
+    assert parse_int_list(" 1, 3 ,5") == (1, 3, 5)

@@ -196,8 +196,8 @@ def strict_json(value: Any, **kwargs) -> str:
 
 def parse_int_list(text: str, what: str = "k") -> tuple[int, ...]:
     """'1,3,5' -> (1, 3, 5), with a clear error for anything else."""
-    try:
-        values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    try:  # an empty item ("1,,5") is a typo, not a value to skip: maybe 1,3,5 was meant
+        values = tuple(int(part) for part in text.replace(" ", "").split(","))
     except ValueError:
         raise XmcbenchError(f"--{what} expects comma-separated positive integers like 1,3,5; got {text!r}") from None
     if not values or any(v <= 0 for v in values):
