@@ -20,6 +20,16 @@ def test_every_shipped_recipe_validates(path):
     assert recipe.hash() == load_recipe(path).hash()
 
 
+def test_every_shipped_recipe_says_what_it_is_in_its_own_words():
+    """`recipes list` shows each recipe's description: none is missing, and the recipes of one
+    method do not share one text (a few-shot recipe inherited "no labels" from the zero-shot one)."""
+    described = {path: load_recipe(path).description for path in SHIPPED}
+    assert [str(p.relative_to(REPO)) for p, d in described.items() if not d] == []
+    aliases = {p for p in SHIPPED if p.parent == REPO / "recipes"}  # recipes/dexml.yaml: a headline recipe's alias
+    texts = [d for p, d in described.items() if p not in aliases]
+    assert len(set(texts)) == len(texts)
+
+
 def write(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
