@@ -804,3 +804,38 @@ def test_stale_staging_of_a_dead_process_is_removed_and_part_files_kept(server, 
     download_dataset(spec, progress=False)
     assert not dead.exists() and live.is_dir()  # a live writer's temp folder is not touched
     assert other.read_bytes() == b"half"  # kept for its Range resume
+
+
+def _offline(kind: str):
+    import requests
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NameResolutionError, NewConnectionError
+
+    url = "/uc?id=1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E&export=download"
+    if kind == "dns":
+        reason = NameResolutionError(
+            "drive.google.com", None, OSError("[Errno -3] Temporary failure in name resolution")
+        )
+        return requests.ConnectionError(MaxRetryError(None, url, reason))
+    if kind == "refused":
+        reason = NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection refused")
+        return requests.ConnectionError(MaxRetryError(None, url, reason))
+    return requests.ConnectTimeout(MaxRetryError(None, url, ConnectTimeoutError(None, "timed out")))
+
+
+@pytest.mark.parametrize(
+    "kind, why",
+    [
+        ("dns", "its name did not resolve: no network, or no DNS"),
+        ("refused", "connection refused"),
+        ("timeout", "no answer within 60 s"),
+    ],
+)
+def test_an_unreachable_google_drive_says_why_in_words(home, monkeypatch, kind, why):
+    """Offline, requests' 'Max retries exceeded with url ... (Caused by ...)' named the pool and the
+    URL, not the cause; the error says the Drive is unreachable and why, on one line."""
+    _fake_gdown(monkeypatch, error=_offline(kind))
+    with pytest.raises(DownloadError) as err:
+        download_dataset(_spec(), source="gdrive:1WuquxCAg8D4lKr-eZXPv4nNw2S2lm7_E", progress=False)
+    message = str(err.value)
+    assert f"Google Drive is unreachable ({why}); check the network and run the same command again" in message
+    assert "Max retries" not in message and "\n" not in message

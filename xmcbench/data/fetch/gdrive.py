@@ -22,6 +22,25 @@ def drive_refused(what: str, text: str) -> DownloadError:
     )
 
 
+def _unreachable_why(exc: BaseException) -> str:
+    """Why a connection failed, in words: requests wraps urllib3's reason in a 'Max retries exceeded'
+    sentence that names the URL and the connection pool, not the cause."""
+    import requests
+    from urllib3.exceptions import MaxRetryError, NameResolutionError, NewConnectionError
+    from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
+    reason = exc.args[0] if exc.args else None
+    reason = reason.reason if isinstance(reason, MaxRetryError) else reason
+    if isinstance(reason, NameResolutionError):
+        return "its name did not resolve: no network, or no DNS"
+    # before the timeout: urllib3's NewConnectionError is a kind of ConnectTimeoutError
+    if isinstance(reason, NewConnectionError) and "refused" in str(reason).lower():
+        return "connection refused"
+    if isinstance(exc, requests.Timeout) or isinstance(reason, Urllib3Timeout):
+        return f"no answer within {TIMEOUT_S:g} s"
+    return type(reason).__name__ if isinstance(reason, BaseException) else type(exc).__name__
+
+
 def fetch_gdrive(spec: DatasetSpec, src: Source, target: Path, progress: bool) -> Path:
     """Download Drive file ``src.ref`` to ``target``; a web page instead of the file is an error."""
     import gdown  # heavy optional dependency: imported only for a Drive download
@@ -38,6 +57,11 @@ def fetch_gdrive(spec: DatasetSpec, src: Source, target: Path, progress: bool) -
             gdown.download(id=src.ref, output=str(tmp), quiet=True, resume=True, **extra)
     except gdown.exceptions.FileURLRetrievalError as exc:
         raise drive_refused(spec.name, str(exc)) from None
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        raise DownloadError(
+            f"cannot download {spec.name} from Google Drive (gdrive:{src.ref}): Google Drive is unreachable "
+            f"({_unreachable_why(exc)}); check the network and run the same command again to resume, or {SOURCE_HELP}"
+        ) from None
     except (gdown.exceptions.DownloadError, requests.RequestException) as exc:
         raise DownloadError(
             f"cannot download {spec.name} from Google Drive (gdrive:{src.ref}): {redact(str(exc)).splitlines()[0]}; "
