@@ -174,6 +174,19 @@ def test_a_site_written_before_the_generator_tag_is_replaced(tmp_path):
     assert sorted(os.listdir(out)) == ["a.html", "b.html", "index.html"]
 
 
+def test_a_static_hosts_own_files_are_kept_across_rebuilds(tmp_path):
+    """A site published with GitHub Pages carries CNAME (its domain) and .nojekyll: the folder is
+    still a site xmcbench built, and the rebuilt site keeps both, byte for byte."""
+    out = tmp_path / "site"
+    write_site(out, _pages("v1"))
+    (out / "CNAME").write_text("xmc.example.org\n")
+    (out / ".nojekyll").write_bytes(b"")
+    write_site(out, _pages("v2"))
+    assert sorted(os.listdir(out)) == [".nojekyll", "CNAME", "a.html", "b.html", "index.html"]
+    assert (out / "CNAME").read_text() == "xmc.example.org\n" and b"v2" in (out / "index.html").read_bytes()
+    assert os.listdir(tmp_path) == ["site"]
+
+
 def test_a_killed_runs_old_site_is_not_taken_by_a_site_whose_long_name_starts_the_same(tmp_path):
     """The folders beside a site are named after it, cut to fit a file name: two long names that
     share their start must still not recover (and then replace) each other's old site."""

@@ -121,6 +121,8 @@ def build_site(store: Store, out: str | Path, datasets: list[str] | None = None)
 GENERATOR = '<meta name="generator" content="xmcbench">'  # in every page: how a later run knows the site is its own
 _LEGACY_MARK = '<nav><a href="index.html">overview</a>'  # pages written before the generator tag
 _SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[0-9a-f]{8}\.site-(?P<kind>new|old)$")
+# a static host's own files (GitHub Pages: the custom domain, no Jekyll): kept across rebuilds
+HOSTING_FILES = ("CNAME", ".nojekyll")
 _PAGE_TEMP = re.compile(r"^\..+\.html\.[0-9]+\.[0-9a-f]+\.tmp$")  # atomic_write's temp file of a page
 
 
@@ -131,7 +133,8 @@ def write_site(out: str | Path, pages: list[tuple[str, str]]) -> list[Path]:
     system), then swapped in: the old site is renamed away, the new one renamed in, the old one
     removed. A full disk leaves the old site as it was; a kill leaves the old site in place or beside
     it, and the next run puts it back if needed and removes what the killed run left. ``out`` must be
-    new, empty, or a site xmcbench built: anything else is refused untouched.
+    new, empty, or a site xmcbench built: anything else is refused untouched. A static host's files
+    (``CNAME``, ``.nojekyll``) are carried into the new site.
     """
     shown = Path(out)
     out = _site_dir(shown)
@@ -148,6 +151,9 @@ def write_site(out: str | Path, pages: list[tuple[str, str]]) -> list[Path]:
         try:
             if out.is_dir():
                 shutil.copymode(out, new)  # a site shared with a group stays so
+                for name in HOSTING_FILES:
+                    if (out / name).is_file() and not (out / name).is_symlink():
+                        shutil.copy2(out / name, new / name)
             for page, text in pages:
                 atomic_write(new / page, text)
             fsync_path(new)
@@ -245,11 +251,12 @@ def _recover(out: Path) -> None:
 
 
 def _built_site(folder: Path) -> bool:
-    """Empty, or only pages xmcbench wrote (and the temp files of a write that was cut off)."""
+    """Empty, or only pages xmcbench wrote (and the temp files of a write that was cut off, and a static
+    host's ``HOSTING_FILES``)."""
     for entry in folder.iterdir():
         if entry.is_symlink() or not entry.is_file():
             return False  # a subfolder (.git, assets) is the user's: never replaced
-        if _PAGE_TEMP.match(entry.name):
+        if _PAGE_TEMP.match(entry.name) or entry.name in HOSTING_FILES:
             continue
         if not entry.name.endswith(".html"):
             return False
