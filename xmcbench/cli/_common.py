@@ -93,6 +93,10 @@ def given_paths(args: tuple, kwargs: dict) -> list[str]:
         for item in value if isinstance(value, (list, tuple)) else (value,):
             if isinstance(item, (str, os.PathLike)) and str(item):
                 found.append(str(item))
+                # a --set KEY=VALUE gives a path by its value (--set encoder.name=./my-model)
+                key, equals, value = str(item).partition("=")
+                if equals and key and value.strip().strip("'\""):
+                    found.append(value.strip().strip("'\""))
     return found
 
 
@@ -100,9 +104,15 @@ def _absolute(path: str | os.PathLike) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
+def _forms(path: str | os.PathLike) -> set[Path]:
+    """A path as given and as its symbolic links lead (a library may name a file by its real path)."""
+    absolute = _absolute(path)
+    return {absolute, Path(os.path.realpath(absolute))}
+
+
 def _related(filename: Path, given: Path) -> bool:
     """The same path, one inside the other: a file in a folder the user gave, or a folder on the way to it."""
-    return filename.is_relative_to(given) or given.is_relative_to(filename)
+    return any(f.is_relative_to(g) or g.is_relative_to(f) for f in _forms(filename) for g in _forms(given))
 
 
 def expected_os_error(exc: OSError, given: list[str]) -> bool:
@@ -111,9 +121,11 @@ def expected_os_error(exc: OSError, given: list[str]) -> bool:
     By errno: a full or read-only disk, permissions, I/O errors, the kernel's limits and the network
     are the machine's wherever they happen. By type: HTTP clients' errors and connection errors
     (a server's answer, a lost network). By path: any other error (a missing file, a folder where
-    a file was expected) is the user's only when it names a path the command was given, a file in
-    a folder it was given, or $XMCBENCH_HOME (which the user set) or a folder above it. A missing
-    file inside the home that no option named is one xmcbench should have made: a bug.
+    a file was expected) is the user's only when it names a path the command was given (a ``--set``
+    value too; through symbolic links or not), a file in a folder it was given, or $XMCBENCH_HOME
+    (which the user set) or a folder above it. An error with neither an errno nor a file name is a
+    library's own words about its input, shown as they are. A missing file inside the home that no
+    option named is one xmcbench should have made: a bug.
     """
     if exc.errno in _MACHINE_ERRNOS:
         return True
@@ -129,12 +141,17 @@ def expected_os_error(exc: OSError, given: list[str]) -> bool:
         if isinstance(f, (str, bytes, os.PathLike)) and f
     ]
     if not named:
-        return False
+        # no errno and no file: a library's own words, most often about its input (transformers: "the
+        # config file at '...' is not a valid JSON file" for a model folder named in a recipe), shown as
+        # they are; an errno without a file (a bad descriptor) is xmcbench's
+        return exc.errno is None
     if exc.errno == errno.ENOTDIR:  # the file in the way is what the error is about, not the path asked for
         named = [_file_in_the_way(f) for f in named]
-    home = _absolute(paths.home())
+    homes = _forms(paths.home())
     for filename in named:
-        if any(_related(filename, _absolute(g)) for g in given) or home.is_relative_to(filename):
+        if any(_related(filename, _absolute(g)) for g in given):
+            return True
+        if any(h.is_relative_to(f) for h in homes for f in _forms(filename)):  # the home or a folder above it
             return True
     return False
 

@@ -819,6 +819,9 @@ def _offline(kind: str):
     if kind == "refused":
         reason = NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection refused")
         return requests.ConnectionError(MaxRetryError(None, url, reason))
+    if kind == "no route":  # at once, not after a timeout (urllib3 files it under ConnectTimeoutError)
+        reason = NewConnectionError(None, "Failed to establish a new connection: [Errno 113] No route to host")
+        return requests.ConnectionError(MaxRetryError(None, url, reason))
     return requests.ConnectTimeout(MaxRetryError(None, url, ConnectTimeoutError(None, "timed out")))
 
 
@@ -827,6 +830,7 @@ def _offline(kind: str):
     [
         ("dns", "its name did not resolve: no network, or no DNS"),
         ("refused", "connection refused"),
+        ("no route", "no route to host"),
         ("timeout", "no answer within 60 s"),
     ],
 )

@@ -33,9 +33,14 @@ def _unreachable_why(exc: BaseException) -> str:
     reason = reason.reason if isinstance(reason, MaxRetryError) else reason
     if isinstance(reason, NameResolutionError):
         return "its name did not resolve: no network, or no DNS"
-    # before the timeout: urllib3's NewConnectionError is a kind of ConnectTimeoutError
-    if isinstance(reason, NewConnectionError) and "refused" in str(reason).lower():
-        return "connection refused"
+    # before the timeout: urllib3's NewConnectionError is a kind of ConnectTimeoutError, though most
+    # come at once ("No route to host", "Network is unreachable"): the system's words, not a timeout
+    if isinstance(reason, NewConnectionError):
+        words = str(reason).rpartition("] ")[2].strip() if "[Errno" in str(reason) else ""
+        if "refused" in str(reason).lower():
+            return "connection refused"
+        if words:
+            return words[:1].lower() + words[1:]
     if isinstance(exc, requests.Timeout) or isinstance(reason, Urllib3Timeout):
         return f"no answer within {TIMEOUT_S:g} s"
     return type(reason).__name__ if isinstance(reason, BaseException) else type(exc).__name__
