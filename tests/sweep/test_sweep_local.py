@@ -106,6 +106,15 @@ def _wait_for(condition, what: str, timeout: float = 120.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _status(sweep_id: str, key: str) -> str | None:
+    """A run's status in the sweep's record as the sweep last wrote it (None before it is there)."""
+    try:
+        data = json.loads(sweep_path(sweep_id).read_text())
+    except (OSError, ValueError):
+        return None
+    return next((e["status"] for e in data["runs"] if e["key"] == key), None)
+
+
 def _waiting_run(sweep_id: str) -> dict | None:
     """The sweep's entry of a run that has said it waits for the dataset lock the test holds."""
     path = sweep_path(sweep_id)
@@ -154,6 +163,8 @@ def test_an_interrupted_sweep_resumes_and_records_nothing_twice(recipes, tmp_pat
         )
         try:
             entry = _wait_for(lambda: _waiting_run(plan.sweep_id), "the second run to wait for its dataset")
+            # the runs go side by side: on a loaded machine the first may still be running here
+            _wait_for(lambda: _status(plan.sweep_id, "tfidf-a") == "finished", "the first run to finish")
             sweep.send_signal(how)
             out = sweep.communicate(timeout=180)[0].decode()
         finally:
@@ -191,3 +202,23 @@ def test_a_run_made_by_hand_with_the_same_recipe_code_and_data_is_kept(recipes):
     assert kept["kept"] is True and kept["run_id"] == by_hand.run_dir.name
     assert kept["P@1"] == by_hand.scores["P@1"]
     assert record.entry("tfidf-a seed=0")["kept"] is False  # seed 0 differs from the run by hand
+
+
+def test_a_killed_runs_reason_is_its_last_line_that_is_not_information(tmp_path):
+    """Run logs hold INFO lines (phases, epochs, progress) now that runs are not --quiet; a run
+    killed without a record's error is explained by its last warning or error line, or the exit code."""
+    from xmcbench.sweep.launch import outcome
+
+    log = tmp_path / "run.log"
+    log.write_text(
+        "02:10:48 INFO xmcbench.run.runner: phase train\n"
+        "02:10:49 WARNING xmcbench.methods.dual_encoder: training.batch_size 64 is more than the 40 training queries\n"
+        "02:11:50 INFO xmcbench.progress: epoch 1/3: 120/400 (30%), ~2 min 20 s left, 1 min 00 s so far\n"
+    )
+    reason = outcome(tmp_path / "runs", "missing-run", -9, log)["error"]
+    assert reason == (
+        "02:10:49 WARNING xmcbench.methods.dual_encoder: training.batch_size 64 is more than the 40 training "
+        "queries (exit code -9)"
+    )
+    log.write_text("02:11:50 INFO xmcbench.progress: epoch 1/3: 120/400 (30%)\n")
+    assert outcome(tmp_path / "runs", "missing-run", -9, log)["error"] == "exit code -9"

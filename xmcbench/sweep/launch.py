@@ -13,6 +13,7 @@ processes), so a crash, an OOM kill or a stuck run never takes the sweep or the 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import time
@@ -153,7 +154,8 @@ def run_command(
         args = ["run", recipe_path, "--run-id", run_id]
         for override in overrides:
             args += ["--set", override]
-    args += ["--quiet", "--db", str(db), "--runs-dir", str(runs_dir)]
+    # not --quiet: a run's log is where its phases, epochs and progress lines are followed (tail -f)
+    args += ["--db", str(db), "--runs-dir", str(runs_dir)]
     if nproc * nnodes <= 1:
         return [sys.executable, "-m", "xmcbench", *args]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
@@ -191,9 +193,15 @@ def outcome(
     return {"status": status, **scored(record, expect or {}), "error": _one_line(error) if error else None}
 
 
+# a log's informational lines ("12:03:44 INFO xmcbench.progress: epoch 1/3: ...") say where a run was,
+# not why it ended: the reason is the last other line (an error, a warning, a traceback's last line)
+_INFO_LINE = re.compile(r"^\d\d:\d\d:\d\d (?:INFO|DEBUG) ")
+
+
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    reasons = [line for line in lines if not _INFO_LINE.match(line)]
+    return reasons[-1][:300] if reasons else ""
 
 
 def _last_line(log: Path | None, returncode: int | None) -> str:

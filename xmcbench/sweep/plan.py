@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +176,9 @@ def expand(
                 key = " ".join(str(p) for p in parts)
                 recipe, problems = check_recipe(path, overrides)
                 if problems:
+                    grid_keys = {k for k, _ in grid_values}
                     for problem in problems:
-                        failing.setdefault(_problem_text(problem), []).append(key)
+                        failing.setdefault(_problem_text(problem, grid_keys), []).append(key)
                     continue
                 assert recipe is not None
                 runs.append(PlannedRun(path, tuple(overrides), key, seed, recipe))
@@ -203,8 +204,15 @@ def expand(
     )
 
 
-def _problem_text(problem: Problem) -> str:
-    return str(problem)  # file: key: message (hint)
+def _problem_text(problem: Problem, grid_keys: set[str]) -> str:
+    """file: key: message (hint), the same for every run it fails: a problem of a value the sweep set
+    names the option and key, not the value (the runs' keys say which values)."""
+    option, _, setting = problem.file.partition(" ")
+    if option == "--set" and "=" in setting:
+        key = setting.split("=", 1)[0]
+        source = "--seeds" if key == "training.seed" else "--grid" if key in grid_keys else "--set"
+        problem = replace(problem, file=f"{source} {key}")
+    return str(problem)
 
 
 def _failing_message(failing: dict[str, list[str]], total: int) -> str:
