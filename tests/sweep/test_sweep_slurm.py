@@ -91,9 +91,7 @@ def test_a_multi_node_command_meets_at_the_first_host():
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
     joined = " ".join(command)
     assert "--nproc-per-node 4 --nnodes 2 --rdzv-backend c10d --rdzv-endpoint node01:29542 --rdzv-id run-1-77" in joined
-    assert joined.endswith(
-        "-m xmcbench run r.yaml --run-id run-1 --set training.seed=1 --db /db --runs-dir /runs"
-    )
+    assert joined.endswith("-m xmcbench run r.yaml --run-id run-1 --set training.seed=1 --db /db --runs-dir /runs")
     single = run_command("run-1", resume=True, recipe_path="r.yaml", overrides=[], runs_dir=Path("/r"), db=Path("/d"))
     assert single == [
         sys.executable,
