@@ -76,7 +76,7 @@ def test_with_no_terminal_a_long_task_logs_a_line_a_minute_and_a_short_one_none(
         for _ in range(100):
             clock.now += 0.5
             advance()
-    assert caplog.messages == ["epoch 1/3: 120/400 (30%), ~2 min 20 s left, 1 min 00 s so far"]
+    assert caplog.messages == ["epoch 1/3: 120/400 (30%), ~2m20s left, 1m00s so far"]
 
     caplog.clear()
     monkeypatch.setenv("XMCBENCH_PROGRESS_SECONDS", "10")
@@ -85,7 +85,7 @@ def test_with_no_terminal_a_long_task_logs_a_line_a_minute_and_a_short_one_none(
         advance(256)
         clock.now += 3600
         advance(256)
-    assert caplog.messages == ["encode labels: 256, 11 s so far", "encode labels: 512, 1 h 00 min so far"]
+    assert caplog.messages == ["encode labels: 256, 0m11s so far", "encode labels: 512, 1h00m so far"]
 
     caplog.clear()
     with progress.task("quiet", 10, enabled=False) as advance:  # progress off (--quiet, a library call)

@@ -106,17 +106,16 @@ class _Lines:
         if self.total:
             where += f"/{self.total:,.0f} ({100 * self.done / self.total:.0f}%)"
             if 0 < self.done < self.total:
-                where += f", ~{_duration(elapsed * (self.total - self.done) / self.done)} left"
-        log.info("%s: %s, %s so far", self.description, where, _duration(elapsed))
+                where += f", ~{duration(elapsed * (self.total - self.done) / self.done)} left"
+        log.info("%s: %s, %s so far", self.description, where, duration(elapsed))
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """A span as an epoch line and a progress line write it: ``6m49s``, ``1h02m``."""
     seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 @contextmanager

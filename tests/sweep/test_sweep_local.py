@@ -213,7 +213,7 @@ def test_a_killed_runs_reason_is_its_last_line_that_is_not_information(tmp_path)
     log.write_text(
         "02:10:48 INFO xmcbench.run.runner: phase train\n"
         "02:10:49 WARNING xmcbench.methods.dual_encoder: training.batch_size 64 is more than the 40 training queries\n"
-        "02:11:50 INFO xmcbench.progress: epoch 1/3: 120/400 (30%), ~2 min 20 s left, 1 min 00 s so far\n"
+        "02:11:50 INFO xmcbench.progress: epoch 1/3: 120/400 (30%), ~2m20s left, 1m00s so far\n"
     )
     reason = outcome(tmp_path / "runs", "missing-run", -9, log)["error"]
     assert reason == (

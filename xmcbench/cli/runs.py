@@ -220,7 +220,7 @@ def show(
 
 def loss_curve(entries: list[dict[str, Any]], height: int = 8, width: int = 50) -> str:
     """A small text plot of the loss per epoch, under one line of facts per epoch."""
-    from xmcbench.methods.base import _duration
+    from xmcbench.progress import duration
 
     points = [(e.get("epoch"), e.get("loss")) for e in entries if e.get("loss") is not None]
     lines = ["training (train_log.jsonl)"]
@@ -237,7 +237,7 @@ def loss_curve(entries: list[dict[str, Any]], height: int = 8, width: int = 50) 
         if e.get("pool_size") is not None:
             bits.append(f"label pool {e['pool_size']:,.0f}")
         if e.get("elapsed_s") is not None:
-            bits.append(f"elapsed {_duration(e['elapsed_s'])}")
+            bits.append(f"elapsed {duration(e['elapsed_s'])}")
         lines.append("  " + " | ".join(bits))
     if len(points) < 2:
         return "\n".join(lines)

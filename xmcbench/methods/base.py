@@ -22,6 +22,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import sparse
 
+from xmcbench.progress import duration
+
 
 class MethodConfig(BaseModel):
     """Base of every method's Config: unknown keys are errors."""
@@ -172,13 +174,6 @@ def _learning_rate(scheduler: Any) -> float | None:
         return None
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-    )
-
-
 def _epoch_line(entry: dict[str, Any]) -> str:
     parts = [f"epoch {entry['epoch']}/{entry['epochs']}"]
     if "step" in entry:
@@ -191,8 +186,8 @@ def _epoch_line(entry: dict[str, Any]) -> str:
         parts.append(f"{entry['queries_per_s']:,.1f} queries/s")
     if "pool_size" in entry:
         parts.append(f"label pool {entry['pool_size']:,.0f}")
-    parts.append(f"elapsed {_duration(entry['elapsed_s'])}")
-    parts.append(f"remaining ~{_duration(entry['remaining_s'])}")
+    parts.append(f"elapsed {duration(entry['elapsed_s'])}")
+    parts.append(f"remaining ~{duration(entry['remaining_s'])}")
     return " | ".join(parts)
 
 
