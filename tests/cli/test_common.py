@@ -220,3 +220,30 @@ def test_a_list_of_k_reads_in_order_with_spaces_allowed():
     from xmcbench.cli._common import parse_int_list
 
     assert parse_int_list(" 1, 3 ,5") == (1, 3, 5)
+
+
+@pytest.mark.parametrize("width", [30, 60, 200])
+def test_a_table_in_a_narrow_terminal_cuts_no_cell(width, monkeypatch, capsys):
+    """rich fits a table to the terminal by cutting cells to "…" (the smoke summary's P@1 read "40.…");
+    print_rich keeps every unwrappable cell whole and folds a text column's long words instead."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    import xmcbench.cli._common as common
+
+    screen = io.StringIO()
+    monkeypatch.setattr(common, "console", Console(file=screen, width=width, force_terminal=True, color_system=None))
+    table = Table(title="smoke")
+    table.add_column("recipe", no_wrap=True)
+    for name in ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("note")  # wraps; its one long word is folded, never cut
+    table.add_row("maclr-zero-shot-encoder", "40.90", "12.42", "37.47", "21.19", "60.87", "x" * 40)
+    common.print_rich(table)
+    text = screen.getvalue()
+    assert "…" not in text
+    for cell in ("maclr-zero-shot-encoder", "40.90", "12.42", "37.47", "21.19", "60.87", "nDCG@5", "R@100"):
+        assert cell in text, text
+    assert text.replace("│", "").replace(" ", "").replace("\n", "").count("x") == 40  # folded, all there

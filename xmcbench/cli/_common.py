@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from xmcbench import paths
 from xmcbench.errors import XmcbenchError
@@ -274,10 +275,33 @@ def emit_rows(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = 
 
 
 def print_rich(renderable: Any) -> None:
-    """A rich renderable on stdout: fitted to a terminal, or at full width (no colours) when piped."""
+    """A rich renderable on stdout: fitted to a terminal, or at full width (no colours) when piped.
+
+    A table too wide for the terminal never cuts a cell to "…" (rich's way of fitting it, which
+    turned scores into "40.…"): its text columns wrap, and where even its unwrappable cells do not
+    fit, it is printed at its own width and the terminal folds the lines.
+    """
     if console.is_terminal:
-        console.print(renderable, highlight=False)  # ids stay one colour (and copy as one word)
+        width = _table_width(renderable) if isinstance(renderable, Table) else 0
+        out = console
+        if width > console.width:  # rich would cut cells to fit: wider lines, which the terminal folds
+            out = Console(width=width, file=console.file, force_terminal=True, color_system=console.color_system)
+        out.print(renderable, highlight=False)  # ids stay one colour (and copy as one word)
         return
-    plain = Console(width=400, file=io.StringIO(), record=True, color_system=None)
+    width = max(400, _table_width(renderable) if isinstance(renderable, Table) else 0)
+    plain = Console(width=width, file=io.StringIO(), record=True, color_system=None)
     plain.print(renderable)
     typer.echo("\n".join(line.rstrip() for line in plain.export_text().splitlines()))
+
+
+def _table_width(table: Table) -> int:
+    """The narrowest width at which no cell of ``table`` is cut: its unwrappable (``no_wrap``) columns
+    are made as wide as their widest cell, and its other columns fold a word too long for them."""
+    for column in table.columns:
+        if column.no_wrap:
+            widest = max(console.measure(cell).maximum for cell in (column.header, *column.cells))
+            column.min_width = max(column.min_width or 0, widest)
+        elif column.overflow == "ellipsis":
+            column.overflow = "fold"
+    unbounded = console.options.update(width=1 << 16)  # the default options cap a measure at the terminal's width
+    return console.measure(table, options=unbounded).minimum

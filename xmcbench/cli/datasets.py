@@ -229,7 +229,7 @@ def info(
     paper_of = {"labels": paper.get("labels"), "train queries": paper.get("train"), "test queries": paper.get("test")}
     for stat, value in stats_rows(ds.stats):
         table.add_row(stat, value, _count(paper_of[stat]) if stat in paper_of else "")
-    console.print(table)
+    print_rich(table)
 
 
 @app.command("verify")
@@ -253,7 +253,7 @@ def verify(name: NameArg) -> None:
     colour = {"ok": "green", "missing": "red", "changed": "red", "unrecorded": "yellow"}
     for check in report.files:
         table.add_row(escape(check.name), f"[{colour[check.status]}]{check.status}[/]", escape(check.detail))
-    console.print(table)
+    print_rich(table)
     if not report.ok:
         raise XmcbenchError(
             f"{report.dataset}: {'; '.join(report.problems())}; run `xmcbench datasets download {report.dataset}` "
@@ -296,4 +296,4 @@ def synth(
     table = Table(show_header=False)
     for stat, value in stats_rows(ds.stats):
         table.add_row(stat, value)
-    console.print(table)
+    print_rich(table)

@@ -16,7 +16,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, handle_errors, parse_int_list, strict_json
+from xmcbench.cli._common import handle_errors, parse_int_list, print_rich, strict_json
 from xmcbench.errors import XmcbenchError
 
 DEFAULT_A, DEFAULT_B = 0.55, 1.5  # Jain et al.'s defaults, used with --train-truth when --A/--B are not given
@@ -184,7 +184,7 @@ def evaluate(
         table.add_column(f"@{x}", justify="right")
     for family in families:
         table.add_row(family, *cells[family])
-    console.print(table)
+    print_rich(table)
 
 
 def _load(path: Path, scores: bool = False):

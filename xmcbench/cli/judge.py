@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, handle_errors, strict_json
+from xmcbench.cli._common import console, handle_errors, print_rich, strict_json
 from xmcbench.errors import XmcbenchError
 
 app = typer.Typer(help="LLM judges (LMTX): quality on ground truth, and the judgement cache.", no_args_is_help=True)
@@ -154,7 +154,7 @@ def eval_(
     )
     for name, g in report.groups.items():
         table.add_row(name, str(g["pairs"]), "", f"{g['agreement']:.3f}", f"{g['auc']:.3f}")
-    console.print(table)
+    print_rich(table)
     console.print(f"mean P(yes): true labels {report.mean_p_pos:.3f}, hard negatives {report.mean_p_neg:.3f}")
     for text, r in out.get("injection", {}).items():
         console.print(
@@ -178,7 +178,7 @@ def cache_stats(path: Annotated[Path | None, typer.Option(help="Cache file.")] =
         table.add_column(col)
     for version, prompt_id, model, n, mean in rows:
         table.add_row(escape(version), escape(prompt_id), escape(model), str(n), f"{mean:.3f}")
-    console.print(table)
+    print_rich(table)
     console.print(f"{sum(r[3] for r in rows)} judgements")
 
 

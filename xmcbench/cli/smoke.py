@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from xmcbench.cli._common import console, err_console, handle_errors
+from xmcbench.cli._common import console, err_console, handle_errors, print_rich
 
 
 @handle_errors
@@ -58,7 +58,7 @@ def smoke(
             f"{wall:.0f}",
             "[green]ok[/]" if o.ok else "[red]FAIL[/]",
         )
-    console.print(table)
+    print_rich(table)
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
         for f in o.failures:
