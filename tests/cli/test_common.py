@@ -223,7 +223,7 @@ def test_a_list_of_k_reads_in_order_with_spaces_allowed():
 
 
 @pytest.mark.parametrize("width", [30, 60, 200])
-def test_a_table_in_a_narrow_terminal_cuts_no_cell(width, monkeypatch, capsys):
+def test_a_table_in_a_narrow_terminal_cuts_no_cell(width, monkeypatch):
     """rich fits a table to the terminal by cutting cells to "…" (the smoke summary's P@1 read "40.…");
     print_rich keeps every unwrappable cell whole and folds a text column's long words instead."""
     import io

@@ -282,21 +282,22 @@ def print_rich(renderable: Any) -> None:
     fit, it is printed at its own width and the terminal folds the lines.
     """
     if console.is_terminal:
-        width = _table_width(renderable) if isinstance(renderable, Table) else 0
+        width = _keep_cells_whole(renderable) if isinstance(renderable, Table) else 0
         out = console
         if width > console.width:  # rich would cut cells to fit: wider lines, which the terminal folds
             out = Console(width=width, file=console.file, force_terminal=True, color_system=console.color_system)
         out.print(renderable, highlight=False)  # ids stay one colour (and copy as one word)
         return
-    width = max(400, _table_width(renderable) if isinstance(renderable, Table) else 0)
+    width = max(400, _keep_cells_whole(renderable) if isinstance(renderable, Table) else 0)
     plain = Console(width=width, file=io.StringIO(), record=True, color_system=None)
     plain.print(renderable)
     typer.echo("\n".join(line.rstrip() for line in plain.export_text().splitlines()))
 
 
-def _table_width(table: Table) -> int:
-    """The narrowest width at which no cell of ``table`` is cut: its unwrappable (``no_wrap``) columns
-    are made as wide as their widest cell, and its other columns fold a word too long for them."""
+def _keep_cells_whole(table: Table) -> int:
+    """Set ``table``'s columns so that no cell is cut: its unwrappable (``no_wrap``) columns as wide as
+    their widest cell, its other columns folding a word too long for them; returns the narrowest
+    width the table then fits in."""
     for column in table.columns:
         if column.no_wrap:
             widest = max(console.measure(cell).maximum for cell in (column.header, *column.cells))
