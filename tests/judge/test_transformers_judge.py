@@ -157,3 +157,46 @@ def test_judge_eval_runs_the_real_small_judge_on_the_english_dataset(qwen_folder
     assert out["n_pairs"] == 12 and out["judge"]["asked"] == 12 and out["judge"]["backend"] == "transformers"
     assert out["judge"]["revision"] == QWEN_05B.rsplit("=", 1)[1] and 0 <= out["auc"] <= 1
     assert 0 < out["mean_p_pos"] < 1 and 0 < out["mean_p_neg"] < 1
+
+
+# GGUF tensor -> its name in the converted copy, one of each quantisation the 0.5B file holds
+_GGUF_TO_HF = {
+    "output.weight": "lm_head.weight",  # Q8_0
+    "token_embd.weight": "model.embed_tokens.weight",  # Q5_0
+    "blk.0.attn_q.weight": "model.layers.0.self_attn.q_proj.weight",  # Q5_0
+    "blk.0.attn_q.bias": "model.layers.0.self_attn.q_proj.bias",  # F32
+    "blk.23.ffn_down.weight": "model.layers.23.mlp.down_proj.weight",  # Q4_K
+    "output_norm.weight": "model.norm.weight",  # F32
+}
+
+
+@pytest.mark.slow
+def test_the_converted_copy_holds_the_gguf_weights_exactly(qwen_folder, tmp_path, monkeypatch):
+    """The conversion shares one GGUF parse and builds the copy on the meta device: what it saves
+    must be the GGUF's weights, dequantised by gguf itself, in bf16, bit for bit, and all of them;
+    and it draws nothing from torch's random generator."""
+    import gguf
+    import torch
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("XMCBENCH_JUDGE_MODELS", str(tmp_path))
+    sha = QWEN_05B.split("sha256=")[1]
+    assembled = Path(qwen_folder).with_name(f"{sha}.gguf")  # reused when there; else assembled anew
+    if assembled.exists():
+        (tmp_path / assembled.name).symlink_to(assembled)
+    made = gguf.GGUFReader
+    rng = torch.random.get_rng_state()
+    folder, revision = resolve_model(QWEN_05B)
+    assert gguf.GGUFReader is made  # the shared parse ends with the conversion
+    # a run that converts its judge must train as one that finds it converted (LMTX seeds torch first)
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    assert revision == sha and folder == tmp_path / sha
+
+    saved = load_file(str(folder / "model.safetensors"))
+    reader = gguf.GGUFReader(tmp_path / f"{sha}.gguf")
+    assert len(saved) == len(reader.tensors)
+    for tensor in reader.tensors:
+        if tensor.name in _GGUF_TO_HF:
+            want = torch.from_numpy(np.array(gguf.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
+            got = saved[_GGUF_TO_HF[tensor.name]]
+            assert torch.equal(want.reshape(got.shape).to(torch.bfloat16), got), tensor.name

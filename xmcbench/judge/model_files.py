@@ -3,7 +3,8 @@
 A model spec is one of
 - a folder with ``config.json`` (a Hugging Face model, used as is);
 - a ``.gguf`` file: dequantised once by transformers and saved as a bf16 copy under
-  ``$XMCBENCH_HOME/cache/judges/<sha256 of the GGUF>/`` (or ``$XMCBENCH_JUDGE_MODELS``) (26–60 s and GBs the first time; 2–3 s after);
+  ``$XMCBENCH_HOME/cache/judges/<sha256 of the GGUF>/`` (or ``$XMCBENCH_JUDGE_MODELS``) (80 s for the 1.5B judge on one core of a 2-core AMD EPYC,
+  and GBs, the first time; 2–3 s after);
 - ``parts:<distribution prefix>#sha256=<hex>``: a GGUF split into ``data/partNN.bin`` over the
   installed distributions ``<prefix>1``, ``<prefix>2``, …, found through package metadata (never
   imported), concatenated in order and checked against the sha256 before anything loads it.
@@ -20,6 +21,8 @@ import importlib.metadata as md
 import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from xmcbench.fsutil import file_lock, install_dir, sha256_file
@@ -108,6 +111,30 @@ def local_folder(spec: str) -> Path | None:
     return None if path.suffix == ".gguf" else path
 
 
+@contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """One parse of a GGUF file while the block runs. transformers parses the whole file once for the
+    tokenizer, once for the config and once for the weights; for the 1.5B judge each parse took
+    ~13 s on one core (its 151k-token vocabulary is read entry by entry). The reader only reads
+    (a memory map), so sharing it changes nothing that is loaded."""
+    import gguf as gguf_lib
+
+    made = gguf_lib.GGUFReader
+    readers: dict[tuple[str, str], object] = {}
+
+    def shared(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = made(path, mode)
+        return readers[key]
+
+    gguf_lib.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf_lib.GGUFReader = made
+
+
 def _bf16_copy(gguf: Path, sha: str) -> Path:
     """Dequantise a GGUF once and keep a bf16 copy (loading the GGUF itself takes up to a minute)."""
     folder = _converted(sha)
@@ -121,8 +148,9 @@ def _bf16_copy(gguf: Path, sha: str) -> Path:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         try:
-            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+            with _gguf_parsed_once():
+                tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+                model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         except ImportError as exc:
             raise JudgeError(f"loading a GGUF needs the judge extra (pip install 'xmcbench[judge]'): {exc}") from None
         except Exception as exc:  # transformers raises many types for a bad file
@@ -135,13 +163,21 @@ def _bf16_copy(gguf: Path, sha: str) -> Path:
         config = model.config
         if hasattr(config, "quantization_config"):
             del config.quantization_config
-        dense = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        missing, unexpected = dense.load_state_dict(model.state_dict(), strict=False)
+        # Built on the meta device and given the weights themselves: a random initialisation of
+        # 1.5B parameters, overwritten at once, cost ~27 s on one core.
+        with torch.device("meta"):
+            dense = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        weights = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+        del model
+        missing, unexpected = dense.load_state_dict(weights, strict=False, assign=True)
         if unexpected or any(k != "lm_head.weight" for k in missing):  # lm_head may be tied to the embeddings
             raise JudgeError(
                 f"{gguf}: dequantised weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
             )
         dense.tie_weights()
+        empty = [name for name, param in dense.named_parameters() if param.is_meta]
+        if empty:  # an lm_head the file lacks and the config does not tie: nothing to fill it with
+            raise JudgeError(f"{gguf}: the file has no weights for {empty[:3]}")
         tmp = folder.with_name(f".{sha}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)  # left by a conversion killed mid-save
         dense.save_pretrained(tmp)
