@@ -184,16 +184,24 @@ def test_the_converted_copy_holds_the_gguf_weights_exactly(qwen_folder, tmp_path
     assembled = Path(qwen_folder).with_name(f"{sha}.gguf")  # reused when there; else assembled anew
     if assembled.exists():
         (tmp_path / assembled.name).symlink_to(assembled)
-    made = gguf.GGUFReader
+    parsed = []
+
+    class Counted(gguf.GGUFReader):  # what transformers parses, seen from inside
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            parsed.append(self)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counted)
     rng = torch.random.get_rng_state()
     folder, revision = resolve_model(QWEN_05B)
-    assert gguf.GGUFReader is made  # the shared parse ends with the conversion
+    assert gguf.GGUFReader is Counted  # the shared parse ends with the conversion
+    assert len(parsed) == 1  # tokenizer, config and weights read one parse (~13 s each on one core)
     # a run that converts its judge must train as one that finds it converted (LMTX seeds torch first)
     assert torch.equal(torch.random.get_rng_state(), rng)
     assert revision == sha and folder == tmp_path / sha
 
     saved = load_file(str(folder / "model.safetensors"))
-    reader = gguf.GGUFReader(tmp_path / f"{sha}.gguf")
+    reader = parsed[0]
     assert len(saved) == len(reader.tensors)
     for tensor in reader.tensors:
         if tensor.name in _GGUF_TO_HF:
