@@ -29,6 +29,14 @@ TF-IDF pseudo-pair script is missing (pecos issue 206).
 Regime: with ``supervision: zero_shot`` the runner hands ``fit`` no label array at all; with
 ``few_shot`` the pre-training still uses only raw texts and the fine-tuning sees the sampled
 labels' pairs alone. A resumed run restarts ``fit`` from the beginning (no per-step checkpoints).
+
+Stages I-II read no label, so a zero-shot and a few-shot run of one dataset pre-train the same
+encoder (Sec. 4.4 fine-tunes "the encoder E from MACLR"). With ``reuse_pretraining`` (default) the
+pre-training is kept under everything it depends on (``xmcbench.train.stage_cache``: the settings it
+reads, the texts, the seed, the code, library versions, device, precision, threads) and the next run
+with the same inputs continues from it, its random generators where they were: the model is bit for
+bit the one it would have trained, and the record names the run that did the pre-training. A
+resumed run therefore repeats only the fine-tuning.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import ClassVar
 
@@ -76,6 +85,9 @@ class MaclrConfig(MethodConfig):
     tfidf_ngram_max: int = Field(default=2, ge=1, le=3)  # unigram + bigram
     # Few-shot fine-tuning (Appendix A: lr 5e-6; 2,000 steps at 1% of labels, 10,000 at 5%)
     pretrain: bool = True  # few_shot / full: run Stages I-II before fine-tuning (false: fine-tune the encoder as is)
+    # Stages I-II kept under their inputs (xmcbench.train.stage_cache) and reused by the next run with
+    # the same ones, e.g. the few-shot recipes after the zero-shot one (Sec. 4.4: one pre-training)
+    reuse_pretraining: bool = True
     finetune_steps: int = Field(default=2_000, ge=0)
     finetune_lr: float = Field(default=5e-6, gt=0)
     # Encoder head and scoring (Appendix A: CLS + linear to 512-d; no temperature is printed)
@@ -83,6 +95,19 @@ class MaclrConfig(MethodConfig):
     temperature: float = Field(default=1.0, gt=0)  # not reported: 1.0 is the printed equations
     encode_batch_size: int = Field(default=256, gt=0)
     search_backend: SearchBackend = "auto"  # faiss on CPU when installed, torch on CUDA (xmcbench.search)
+
+
+# fields that only the fine-tuning reads: a zero-shot and a few-shot recipe share their pre-training
+_FINETUNE_ONLY = ("pretrain", "finetune_steps", "finetune_lr", "reuse_pretraining")
+# the run record's facts that Stages I-II write (carried over when they are reused)
+_PRETRAINING_FACTS = (
+    "ict_pairs",
+    "stage1_steps",
+    "clusters_k0",
+    "cluster_refreshes",
+    "stage2_pseudo_pairs",
+    "stage2_steps",
+)
 
 
 class MaclrMethod:
@@ -135,6 +160,7 @@ class MaclrMethod:
         self.encoder = None
         self.label_emb: np.ndarray | None = None  # (L, d)
         self._batches: dict[str, int] = {}  # stage -> the batch its steps take (at most its pairs)
+        self._pools: list[list[int]] = []
 
     # ---------------------------------------------------------------------------------------
     # fit: Stage I -> Stage II -> few-shot fine-tuning -> label embeddings
@@ -152,28 +178,38 @@ class MaclrMethod:
             positives_per_query=1,
         )
         self._batches = {}
+        self._pools: list[list[int]] = []  # [pool, steps] runs of the steps' label pools, for a kept pre-training
         walls: dict[str, float] = {}
         pretrains = task.train_labels is None or c.pretrain
-        self._lines = _StepLines(
-            ctx,
-            {
-                "stage1": c.stage1_steps if pretrains else 0,
-                "stage2": c.stage2_steps if pretrains and c.self_training else 0,
-                "finetune": c.finetune_steps if task.train_labels is not None else 0,
-            },
-        )
-
-        if pretrains:
-            if c.stage1_steps > 0:  # stage1_steps: 0 skips ICT, so a dataset without titles can still self-train
-                contexts, titles = ict_pairs(task, c.title_removal, rng)  # (P,), (P,) ICT pairs
-                acc["ict_pairs"] = len(contexts)
-                started = time.perf_counter()
-                self._stage1(contexts, titles, labels, ctx, rng)
-                walls["stage1"] = time.perf_counter() - started
-            if c.self_training and c.stage2_steps > 0:
-                started = time.perf_counter()
-                self._stage2(list(task.train_texts), labels, ctx, rng)
-                walls["stage2"] = time.perf_counter() - started
+        with ExitStack() as held:
+            kept = self._pretraining_cache(task, ctx) if pretrains and c.reuse_pretraining else None
+            if kept is not None:
+                held.enter_context(kept.lock())  # a run with the same pre-training waits, then reuses it
+            entry = kept.load() if kept is not None else None
+            reused = entry is not None and kept.restore(self.encoder, entry)
+            self._lines = _StepLines(
+                ctx,
+                {
+                    "stage1": c.stage1_steps if pretrains and not reused else 0,
+                    "stage2": c.stage2_steps if pretrains and c.self_training and not reused else 0,
+                    "finetune": c.finetune_steps if task.train_labels is not None else 0,
+                },
+            )
+            if reused:
+                self._reuse_pretraining(kept, entry, ctx, rng)
+            elif pretrains:
+                if c.stage1_steps > 0:  # stage1_steps: 0 skips ICT, so a dataset without titles can still self-train
+                    contexts, titles = ict_pairs(task, c.title_removal, rng)  # (P,), (P,) ICT pairs
+                    acc["ict_pairs"] = len(contexts)
+                    started = time.perf_counter()
+                    self._stage1(contexts, titles, labels, ctx, rng)
+                    walls["stage1"] = time.perf_counter() - started
+                if c.self_training and c.stage2_steps > 0:
+                    started = time.perf_counter()
+                    self._stage2(list(task.train_texts), labels, ctx, rng)
+                    walls["stage2"] = time.perf_counter() - started
+                if kept is not None:
+                    self._keep_pretraining(kept, ctx, rng, walls)
 
         if task.train_labels is not None and c.finetune_steps > 0:
             started = time.perf_counter()
@@ -332,6 +368,59 @@ class MaclrMethod:
             self._step(loss, opt, sched, ctx, idx.size, queries=idx.size)
 
     # ---------------------------------------------------------------------------------------
+    # the pre-training kept for the next run with the same inputs (xmcbench.train.stage_cache)
+
+    def _pretraining_cache(self, task: TrainTask, ctx: RunContext):
+        from xmcbench.train.stage_cache import StageCache, environment, fingerprint_texts
+
+        method = self.config.model_dump(mode="json")
+        for name in _FINETUNE_ONLY:
+            method.pop(name, None)
+        inputs = {
+            "method": method,
+            "encoder": self.recipe.encoder.model_dump(mode="json"),
+            "training": self.recipe.training.model_dump(mode="json"),
+            "seed": ctx.seed,
+            # the texts themselves, not the dataset's name: every text Stages I-II read
+            "texts": fingerprint_texts(task.train_titles, task.train_contents, task.train_texts, task.label_texts),
+            "environment": environment(ctx.device, ctx.precision),
+        }
+        return StageCache("maclr-pretraining", inputs)
+
+    def _keep_pretraining(self, kept, ctx: RunContext, rng: np.random.Generator, walls: dict[str, float]) -> None:
+        facts = {
+            "run_id": ctx.run_dir.name,
+            "generator": rng.bit_generator.state,  # the run's NumPy generator, drawn from again by fine-tuning
+            "accounting": {k: ctx.accounting[k] for k in _PRETRAINING_FACTS if k in ctx.accounting},
+            "stage_wall_s": {k: round(v, 2) for k, v in walls.items()},
+            "batches": dict(self._batches),
+            "pools": self._pools,
+        }
+        saved = kept.save(self.encoder, facts)
+        ctx.accounting["pretraining"] = {"reused": False, "key": kept.key[:16], "kept": saved}
+
+    def _reuse_pretraining(self, kept, entry, ctx: RunContext, rng: np.random.Generator) -> None:
+        """Continue from a kept Stage I-II: the run's bookkeeping as if it had trained them here."""
+        facts = entry.facts
+        rng.bit_generator.state = facts["generator"]
+        ctx.accounting.update(facts["accounting"])
+        self._batches.update(facts["batches"])
+        for pool, steps in facts["pools"]:
+            for _ in range(steps):
+                ctx.record_pool(pool)
+        ctx.accounting["pretraining"] = {
+            "reused": True,
+            "key": kept.key[:16],
+            "from_run": facts["run_id"],
+            "stage_wall_s": facts["stage_wall_s"],  # the pre-training's time, spent by that run
+        }
+        log.info(
+            "MACLR: Stages I-II reused from run %s (same recipe settings, texts, seed and code; %s s there)",
+            facts["run_id"],
+            round(sum(facts["stage_wall_s"].values()), 1),
+        )
+
+    # ---------------------------------------------------------------------------------------
     # pieces
 
     def _stage_batch(self, stage: str, pairs: int, what: str) -> int:
@@ -387,6 +476,11 @@ class MaclrMethod:
         opt.step()
         sched.step()
         ctx.record_pool(pool)
+        runs = self._pools
+        if runs and runs[-1][0] == pool:
+            runs[-1][1] += 1
+        else:
+            runs.append([pool, 1])
         lines = getattr(self, "_lines", None)
         if lines is not None:
             lines.after_step(loss, sched, queries)
