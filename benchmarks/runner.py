@@ -17,8 +17,9 @@ training step of each supervised method on synthetic inputs, paper recipes scale
 queries/s, peak memory; and tokenisation next to an epoch), ``authors`` (our DEXML and PRIME steps
 against the authors' released ones on the same inputs, ``bench_authors.py``; only with their
 checkouts: ``--dexml-repo``, ``--prime-repo`` + ``--deepxml-repo``), ``judge`` (LMTX's smoke judge on its
-smoke data: each document read once for its shortlist vs every prompt read whole), ``smoke`` (the smoke suite; only with
-``--smoke``, it takes minutes).
+smoke data: each document read once for its shortlist vs every prompt read whole), ``embed_groups`` (a training
+step's forward + backward of a query batch and of a label pool, in length groups vs one padded forward,
+``embed_groups.py``), ``smoke`` (the smoke suite; only with ``--smoke``, it takes minutes).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ QUICK = {
     "train": {"labels": 300, "train": 600, "batch": 32, "encoder": "tiny"},
     "authors": ["--quick", "--labels", "2000", "--train", "2000", "--batch", "128", "--steps", "7", "--warmup", "2"],
     "judge": {"docs": 4, "labels_per_doc": 3},
+    "embed_groups": {"queries": 64, "labels": 150, "encoder": "tiny"},
     "search_gpu": [(1_000, 20_000, 384)],
     "train_gpu": {"labels": [2_000], "train_batches": 3, "methods": ["dexml_hard", "unidec", "prime", "dexml_all"]},
 }
@@ -63,6 +65,8 @@ FULL = {
     "train": {"labels": 256, "train": 256, "batch": 32, "encoder": "all-MiniLM-L6-v2"},
     "authors": ["--labels", "1000", "--train", "1000", "--batch", "128", "--steps", "3", "--warmup", "1"],
     "judge": {"docs": 24, "labels_per_doc": 3},
+    # the smoke dataset's shapes: 64 queries of 10-24 tokens, a pool of 150 labels of 8-16
+    "embed_groups": {"queries": 64, "labels": 150, "encoder": "all-MiniLM-L6-v2"},
     "search_gpu": [(10_000, 100_000, 384), (10_000, 1_000_000, 384)],
     # the papers' encoder shape (DistilBERT, random weights), batch and pool sizes; 1M labels only in
     # the plan: synthesising, tokenising and clustering 1M labels takes longer than a GPU lease here
@@ -734,6 +738,42 @@ def bench_judge(cfg) -> list[dict]:
     ]
 
 
+def bench_embed_groups(cfg, repeat: int) -> list[dict]:
+    """Forward + backward of ``dual_encoder.embed`` (length groups) next to one forward padded to the
+    batch's longest, for a query batch and a label pool; one thread (``benchmarks/embed_groups.py``)."""
+    e = cfg["embed_groups"]
+    script = Path(__file__).with_name("embed_groups.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "embed-groups.json"
+        command = [sys.executable, str(script), "--encoder", e["encoder"], "--repeat", str(repeat)]
+        command += ["--queries", str(e["queries"]), "--labels", str(e["labels"]), "--threads", "1", "--out", str(out)]
+        done = subprocess.run(command, capture_output=True, text=True, env=_child_env())
+        if not out.exists():
+            tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+            return [row("embed_groups", "embed in length groups", float("nan"), None, None, notes=f"failed: {tail}")]
+        result = json.loads(out.read_text())
+    encoder = "tiny 2-layer BERT" if e["encoder"] == "tiny" else Path(e["encoder"]).name
+    rows = []
+    for what in ("queries", "labels"):
+        r = result[what]
+        groups = " + ".join(f"{n}@{w}" for n, w in zip(r["groups"], r["widths"]))
+        rows.append(
+            row(
+                f"embed_groups_{what}",
+                f"forward + backward of {r['rows']} {what} of {r['lengths'][0]}-{r['lengths'][2]} tokens, "
+                f"{encoder}, CPU, 1 thread",
+                r["grouped_s"],
+                "one forward padded to the longest, same run",
+                r["single_s"],
+                target="ratio < 1",
+                met=bool(r["grouped_s"] < r["single_s"]) if e["encoder"] != "tiny" else None,
+                notes=f"groups (rows@width) {groups}; padded tokens {r['padded_grouped']} vs {r['padded_single']} "
+                f"({r['tokens']} real)",
+            )
+        )
+    return rows
+
+
 def bench_smoke() -> list[dict]:
     """The smoke suite, two recipes at a time where there are two cores (``xmcbench smoke --jobs``)."""
     jobs = min(2, os.cpu_count() or 1)
@@ -819,7 +859,19 @@ def bench_authors(cfg, repos: dict[str, str | None]) -> list[dict]:
     return rows
 
 
-ALL = ("metrics", "metrics1m", "search", "search_gpu", "prepare", "train", "train_gpu", "authors", "judge", "smoke")
+ALL = (
+    "metrics",
+    "metrics1m",
+    "search",
+    "search_gpu",
+    "prepare",
+    "train",
+    "train_gpu",
+    "authors",
+    "judge",
+    "embed_groups",
+    "smoke",
+)
 GPU_ONLY = ("search_gpu", "train_gpu")
 
 
@@ -873,6 +925,7 @@ def main(argv: list[str] | None = None) -> dict:
         ("train_gpu", lambda: bench_train_gpu(cfg, args.tokenizer)),
         ("authors", lambda: bench_authors(cfg, repos)),
         ("judge", lambda: bench_judge(cfg)),
+        ("embed_groups", lambda: bench_embed_groups(cfg, repeat)),
         ("smoke", bench_smoke),
     ):
         if name in wanted:

@@ -9,6 +9,7 @@ NGAME's negative-mining-aware clustering schedule; the model is checkpointed eve
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -23,6 +24,7 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
 from xmcbench.progress import task as progress_task
 from xmcbench.search import SearchBackend
+from xmcbench.train.length_groups import group_cost_for, length_groups
 
 log = logging.getLogger("xmcbench.train")
 
@@ -99,9 +101,43 @@ def tokenise(encoder, task: TrainTask, recipe, progress: bool) -> TokenisedTask:
 
 
 def embed(encoder, cache, indices: np.ndarray, device: str) -> torch.Tensor:
-    """Φ of the cached texts ``indices`` -> (b, d), with a graph when grad is enabled."""
-    batch = cache.batch(indices)
-    return encoder(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+    """Φ of the cached texts ``indices`` -> (b, d), with a graph when grad is enabled.
+
+    A large enough batch is encoded in a few groups of similar token length, each padded only to
+    its own longest text (``xmcbench.train.length_groups``), and put back in the order of
+    ``indices``: the same embeddings and gradients as one forward pass, for less padding.
+    """
+    # On CPU an extra forward pass of MiniLM costs about as much as 64 tokens (length_groups.GROUP_COST,
+    # scaled to other models by group_cost_for), so groups of 16 rows can pay. Small GPU forwards are
+    # bound by kernel launches, not by tokens, so there a batch is split only into groups of 256 rows
+    # or more: a guess, not measured on a GPU.
+    min_rows = 256 if torch.device(device).type == "cuda" else 16
+    idx = np.asarray(indices, dtype=np.int64).ravel()  # (b,)
+    groups = length_groups(np.asarray(cache.lengths[idx]), min_rows=min_rows, group_cost=_group_cost(encoder))
+    if len(groups) == 1:  # exactly the one forward pass of an unsplit batch
+        batch = cache.batch(indices)
+        return encoder(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+    parts = []
+    for rows in groups:
+        batch = cache.batch(idx[rows])
+        parts.append(encoder(batch["input_ids"].to(device), batch["attention_mask"].to(device)))  # (b_g, d)
+    grouped = torch.cat(parts)  # (b, d) in the groups' order
+    order = np.concatenate(groups)  # (b,) position in indices of each grouped row
+    back = np.empty_like(order)
+    back[order] = np.arange(order.size)  # (b,) grouped row of each position in indices
+    return grouped[torch.from_numpy(back).to(grouped.device)]  # (b, d)
+
+
+_GROUP_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _group_cost(encoder) -> float:
+    """The fixed cost of one more forward pass of ``encoder``, in tokens (counted once per encoder)."""
+    if encoder not in _GROUP_COSTS:
+        weights = sum(p.numel() for p in encoder.parameters())
+        embedding = sum(p.numel() for name, p in encoder.named_parameters() if "embeddings." in name)
+        _GROUP_COSTS[encoder] = group_cost_for(weights, embedding)
+    return _GROUP_COSTS[encoder]
 
 
 @torch.no_grad()
