@@ -77,13 +77,24 @@ def test_all_negatives_step_equals_plain_decoupled_softmax(tiny_recipe, tmp_path
             torch.testing.assert_close(got, p.grad, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("loss", ["decoupled_softmax", "soft_top_k"])
-def test_gradient_cached_pool_gives_the_gradients_of_one_graph(tiny_recipe, tmp_path, loss):
+@pytest.mark.parametrize(
+    ("loss", "grouped"), [("decoupled_softmax", False), ("soft_top_k", False), ("decoupled_softmax", True)]
+)
+def test_gradient_cached_pool_gives_the_gradients_of_one_graph(tiny_recipe, tmp_path, monkeypatch, loss, grouped):
     """Hard negatives with ``pool_chunk``: the pool embedded in chunks through a gradient cache gives
-    the loss and gradients of the pool embedded with one graph (dropout replayed, so left on)."""
+    the loss and gradients of the pool embedded with one graph (dropout replayed, so left on); also
+    when the chunks and the pool are encoded in length groups (the test BERT priced like MiniLM)."""
+    from xmcbench.methods import dual_encoder as de
+    from xmcbench.train.length_groups import GROUP_COST
+
+    splits = []
+    if grouped:
+        monkeypatch.setattr(de, "_group_cost", lambda encoder: GROUP_COST / 8)
+        real = de.length_groups
+        monkeypatch.setattr(de, "length_groups", lambda *a, **k: splits.append(len(g := real(*a, **k))) or g)
     spec = "name: dexml, regime: hard_negatives, hard_negatives: 3, shortlist_k: 10, hard_negative_start_epoch: 0"
     results = []
-    for chunk in ("null", 5):
+    for chunk in ("null", 32 if grouped else 5):  # a chunk of 32 rows can split in two groups of 16
         recipe = tiny_recipe(f"{{{spec}, loss: {loss}, temperature: 0.1, pool_chunk: {chunk}}}")
         method, task, tokens, ctx, rows = _method_state(recipe, tmp_path / str(chunk))
         shortlist = np.random.default_rng(0).integers(0, task.n_labels, size=(rows.size, 10))
@@ -94,7 +105,8 @@ def test_gradient_cached_pool_gives_the_gradients_of_one_graph(tiny_recipe, tmp_
         grads = [None if p.grad is None else p.grad.clone() for p in method.encoder.parameters()]
         results.append((loss_value, pool.size, grads))
     (plain, size, plain_grads), (cached, _, cached_grads) = results
-    assert size > 5 * 3  # several chunks
+    assert size > (32 if grouped else 5 * 3)  # several chunks
+    assert not grouped or max(splits) > 1  # the pool and the chunks were split
     assert cached.item() == pytest.approx(plain.item(), abs=1e-6)
     assert sum(g is not None for g in plain_grads) > 10
     for got, want in zip(cached_grads, plain_grads):

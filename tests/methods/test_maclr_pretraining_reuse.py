@@ -78,7 +78,16 @@ def test_few_shot_after_zero_shot_reuses_the_pretraining_and_trains_the_same_mod
     np.testing.assert_array_equal(_predictions(again), _predictions(zero))
 
 
-def _key(recipe, *, texts=("a b", "c d", "e f"), seed=0):
+@pytest.fixture(scope="module")
+def start_encoder(tiny_encoder_dir):
+    from xmcbench.encoders import TextEncoder
+
+    return TextEncoder(tiny_encoder_dir, max_length=16)
+
+
+def _key(recipe, encoder, *, texts=("a b", "c d", "e f"), seed=0):
+    """The pre-training key of ``recipe`` started from ``encoder`` (the same one for every recipe, so
+    that the settings are compared; the encoder's own part is tested on its own)."""
     from xmcbench.methods.base import RunContext, TrainTask
 
     task = TrainTask(
@@ -89,7 +98,9 @@ def _key(recipe, *, texts=("a b", "c d", "e f"), seed=0):
         train_titles=[t.split()[0] for t in texts],
         train_contents=[t.split()[1] for t in texts],
     )
-    return MaclrMethod(recipe.method, recipe)._pretraining_cache(task, RunContext(run_dir=None, seed=seed)).key
+    method = MaclrMethod(recipe.method, recipe)
+    method.encoder = encoder
+    return method._pretraining_cache(task, RunContext(run_dir=None, seed=seed)).key
 
 
 @pytest.mark.parametrize(
@@ -103,24 +114,33 @@ def _key(recipe, *, texts=("a b", "c d", "e f"), seed=0):
         ("the learning rate", "training", {"lr": 0.002}, False),
         ("the batch", "training", {"batch_size": 8}, False),
         ("the encoder's length", "encoder", {"max_length": 12}, False),
+        ("the precision asked for (the one that runs is the environment's)", "training", {"precision": "fp32"}, True),
+        ("the epochs MACLR does not count", "training", {"epochs": 7}, True),
     ],
 )
-def test_only_what_the_pretraining_reads_decides_reuse(tiny_recipe, changed, section, change, same):
+def test_only_what_the_pretraining_reads_decides_reuse(tiny_recipe, start_encoder, changed, section, change, same):
     recipe = tiny_recipe(TINY + "}", extra=FEW)
-    assert (_key(_with(recipe, section, **change)) == _key(recipe)) is same, changed
+    assert (_key(_with(recipe, section, **change), start_encoder) == _key(recipe, start_encoder)) is same, changed
 
 
-def test_other_texts_a_seed_or_threads_are_other_pretraining(tiny_recipe, monkeypatch):
+def test_other_texts_a_seed_threads_or_start_weights_are_other_pretraining(tiny_recipe, start_encoder, monkeypatch):
+    import copy
+
     import torch
 
     recipe = tiny_recipe(TINY + "}", extra=ZERO)
-    key = _key(recipe)
-    assert _key(recipe) == key  # stable
-    assert _key(recipe, texts=("a b", "c d", "e g")) != key
-    assert _key(recipe, texts=("a b", "c d")) != key
-    assert _key(recipe, seed=1) != key
+    key = _key(recipe, start_encoder)
+    assert _key(recipe, start_encoder) == key  # stable
+    assert _key(recipe, start_encoder, texts=("a b", "c d", "e g")) != key
+    assert _key(recipe, start_encoder, texts=("a b", "c d")) != key
+    assert _key(recipe, start_encoder, seed=1) != key
+    # the same name, other weights (a re-saved folder, an unpinned Hub revision)
+    other = copy.deepcopy(start_encoder)
+    with torch.no_grad():
+        next(other.parameters())[0, 0] += 1e-3
+    assert _key(recipe, other) != key
     monkeypatch.setattr(torch, "get_num_threads", lambda: 7)  # float sums follow the thread count
-    assert _key(recipe) != key
+    assert _key(recipe, start_encoder) != key
 
 
 def test_a_damaged_entry_is_computed_again_and_replaced(tiny_recipe, tmp_path, monkeypatch, caplog):
@@ -145,8 +165,8 @@ def test_a_full_disk_loses_the_entry_not_the_run(tiny_recipe, tmp_path, monkeypa
 
     from xmcbench.train import stage_cache
 
-    def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def full(*args, **kwargs):  # safetensors says it as SafetensorError, torch.save as RuntimeError
+        raise RuntimeError(f"failed to write: {OSError(errno.ENOSPC, 'No space left on device')}")
 
     monkeypatch.setattr(stage_cache, "_write_weights", full)
     with caplog.at_level(logging.WARNING):
@@ -174,12 +194,25 @@ def test_a_full_disk_loses_the_entry_not_the_run(tiny_recipe, tmp_path, monkeypa
         ],
     ],
 )
-def test_the_shipped_zero_and_few_shot_recipes_share_one_pretraining(family):
+def test_the_shipped_zero_and_few_shot_recipes_share_one_pretraining(family, start_encoder):
     """Table 1's zero-shot run and Tables 2-3's few-shot runs of a dataset pre-train once between them."""
     from pathlib import Path
 
     from xmcbench.run import load_recipe
 
     root = Path(__file__).resolve().parents[2] / "recipes"
-    keys = {_key(load_recipe(root / name)) for name in family}
+    keys = {_key(load_recipe(root / name), start_encoder) for name in family}
     assert len(keys) == 1, family
+
+
+def test_pools_trained_elsewhere_count_in_the_totals_not_in_the_next_epoch_line(tmp_path):
+    from xmcbench.methods.base import RunContext
+
+    ctx = RunContext(run_dir=tmp_path)
+    ctx.start_clock()
+    ctx.record_pools_elsewhere([[100, 2], [40, 1]])  # a reused pre-training's steps
+    ctx.record_pool(10)  # this run's own step
+    entry = ctx.log_epoch(1, 1)
+    assert entry["pool_size"] == 10
+    assert ctx.accounting["steps"] == 4 and ctx.accounting["pool_size_max"] == 100
+    assert ctx.accounting["pool_size_mean"] == pytest.approx(250 / 4)

@@ -103,3 +103,27 @@ def test_a_second_writer_waits_for_the_first_and_reads_its_entry(tmp_path):
         seen["by"] = entry.facts["by"] if entry else None
     thread.join()
     assert seen == {"by": "first"}
+
+
+def test_a_real_write_failure_keeps_nothing_and_says_so(tmp_path):
+    """A file-size limit makes the writes fail as a full disk does (SafetensorError, not OSError)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import resource, signal, torch
+        from xmcbench.train.stage_cache import StageCache
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing us
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+        cache = StageCache("kind", {{"x": 1}}, root=__import__("pathlib").Path({str(tmp_path)!r}))
+        print("kept" if cache.save(torch.nn.Linear(200, 200), {{}}) else "not kept")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "not kept"
+    assert "could not keep the kind" in done.stderr
+    left = [p.name for p in (tmp_path / "kind").iterdir()]
+    assert all(name.endswith(".lock") for name in left), left  # no temp folder, no entry

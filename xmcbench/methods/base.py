@@ -91,6 +91,14 @@ class RunContext:
         self.accounting["pool_size_max"] = max(int(pool_size), int(self.accounting.get("pool_size_max") or 0))
         self.accounting["steps"] = self._pool_steps
 
+    def record_pools_elsewhere(self, runs: list[list[int]]) -> None:
+        """Count steps another run trained for this model (``[pool size, steps]`` runs, e.g. a reused
+        pre-training) in the totals, and not in the next epoch line's mean pool."""
+        for pool, steps in runs:
+            for _ in range(int(steps)):
+                self.record_pool(pool)
+        self._epoch_clock.update(pool_steps=self._pool_steps, pool_sum=self._pool_sum)
+
     def start_clock(self) -> None:
         """Mark the start of training (the runner calls it): ``log_epoch`` times epochs from here."""
         now = time.monotonic()

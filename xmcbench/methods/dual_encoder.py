@@ -24,7 +24,7 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.methods.base import MethodConfig, RunContext, TrainTask
 from xmcbench.progress import task as progress_task
 from xmcbench.search import SearchBackend
-from xmcbench.train.length_groups import group_cost_for, length_groups
+from xmcbench.train.length_groups import GROUP_COST, group_cost_for, length_groups
 
 log = logging.getLogger("xmcbench.train")
 
@@ -133,11 +133,14 @@ _GROUP_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _group_cost(encoder) -> float:
     """The fixed cost of one more forward pass of ``encoder``, in tokens (counted once per encoder)."""
-    if encoder not in _GROUP_COSTS:
-        weights = sum(p.numel() for p in encoder.parameters())
-        embedding = sum(p.numel() for name, p in encoder.named_parameters() if "embeddings." in name)
-        _GROUP_COSTS[encoder] = group_cost_for(weights, embedding)
-    return _GROUP_COSTS[encoder]
+    try:
+        if encoder not in _GROUP_COSTS:
+            weights = sum(p.numel() for p in encoder.parameters())
+            embedding = sum(p.numel() for name, p in encoder.named_parameters() if "embeddings." in name)
+            _GROUP_COSTS[encoder] = group_cost_for(weights, embedding)
+        return _GROUP_COSTS[encoder]
+    except (AttributeError, TypeError):  # a callable that is no module, or cannot be weakly referenced
+        return GROUP_COST
 
 
 @torch.no_grad()

@@ -41,6 +41,7 @@ resumed run therefore repeats only the fine-tuning.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -99,6 +100,10 @@ class MaclrConfig(MethodConfig):
 
 # fields that only the fine-tuning reads: a zero-shot and a few-shot recipe share their pre-training
 _FINETUNE_ONLY = ("pretrain", "finetune_steps", "finetune_lr", "reuse_pretraining")
+# training fields MACLR does not read (precision: the resolved one is part of the environment)
+_NOT_READ_BY_PRETRAINING = ("precision", "epochs", "validation_fraction")
+# the facts a kept pre-training must hold to be continued from
+_KEPT_FACTS = ("run_id", "generator", "accounting", "stage_wall_s", "batches", "pools")
 # the run record's facts that Stages I-II write (carried over when they are reused)
 _PRETRAINING_FACTS = (
     "ict_pairs",
@@ -184,8 +189,13 @@ class MaclrMethod:
         with ExitStack() as held:
             kept = self._pretraining_cache(task, ctx) if pretrains and c.reuse_pretraining else None
             if kept is not None:
+                started = time.perf_counter()
                 held.enter_context(kept.lock())  # a run with the same pre-training waits, then reuses it
+                acc["waited_s"] = round(time.perf_counter() - started, 2)  # not training: left out of GPU-hours
             entry = kept.load() if kept is not None else None
+            if entry is not None and not all(k in entry.facts for k in _KEPT_FACTS):
+                log.warning("the kept MACLR pre-training %s lacks its facts; computing it again", kept.folder)
+                entry = None
             reused = entry is not None and kept.restore(self.encoder, entry)
             self._lines = _StepLines(
                 ctx,
@@ -208,7 +218,7 @@ class MaclrMethod:
                     started = time.perf_counter()
                     self._stage2(list(task.train_texts), labels, ctx, rng)
                     walls["stage2"] = time.perf_counter() - started
-                if kept is not None:
+                if kept is not None and walls:  # something was trained (stage1_steps: 0 and no Stage II: nothing)
                     self._keep_pretraining(kept, ctx, rng, walls)
 
         if task.train_labels is not None and c.finetune_steps > 0:
@@ -371,15 +381,27 @@ class MaclrMethod:
     # the pre-training kept for the next run with the same inputs (xmcbench.train.stage_cache)
 
     def _pretraining_cache(self, task: TrainTask, ctx: RunContext):
-        from xmcbench.train.stage_cache import StageCache, environment, fingerprint_texts
+        from xmcbench.train.stage_cache import StageCache, environment, fingerprint_texts, module_fingerprint
 
         method = self.config.model_dump(mode="json")
         for name in _FINETUNE_ONLY:
             method.pop(name, None)
+        training = self.recipe.training.model_dump(mode="json")
+        for name in _NOT_READ_BY_PRETRAINING:  # the precision that runs is in the environment below
+            training.pop(name, None)
+        tokenizer = self.encoder.tokenizer
         inputs = {
             "method": method,
             "encoder": self.recipe.encoder.model_dump(mode="json"),
-            "training": self.recipe.training.model_dump(mode="json"),
+            # the weights it starts from, its config and tokenizer: a name can load other weights over time
+            "start": module_fingerprint(
+                self.encoder,
+                self.encoder.model.config.to_json_string(),
+                tokenizer.backend_tokenizer.to_str()
+                if hasattr(tokenizer, "backend_tokenizer")
+                else json.dumps(tokenizer.get_vocab(), sort_keys=True),
+            ),
+            "training": training,
             "seed": ctx.seed,
             # the texts themselves, not the dataset's name: every text Stages I-II read
             "texts": fingerprint_texts(task.train_titles, task.train_contents, task.train_texts, task.label_texts),
@@ -405,9 +427,8 @@ class MaclrMethod:
         rng.bit_generator.state = facts["generator"]
         ctx.accounting.update(facts["accounting"])
         self._batches.update(facts["batches"])
-        for pool, steps in facts["pools"]:
-            for _ in range(steps):
-                ctx.record_pool(pool)
+        ctx.record_pools_elsewhere(facts["pools"])
+        ctx.accounting["reused_wall_s"] = round(sum(facts["stage_wall_s"].values()), 2)  # counted in GPU-hours
         ctx.accounting["pretraining"] = {
             "reused": True,
             "key": kept.key[:16],

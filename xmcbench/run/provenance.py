@@ -140,6 +140,16 @@ def billed_gpus(compute: dict[str, Any]) -> int:
     return max(int(compute.get("device_count") or 1), int(compute.get("gpus_allocated") or 0))
 
 
+def gpu_hours(walls: dict[str, float], accounting: dict[str, Any], gpus: int) -> tuple[float, float]:
+    """(GPU-hours of the model, the part another run spent): the train and predict phases' time, less
+    what the method spent waiting on another run (``accounting.waited_s``), plus the training it took
+    over from another run (``accounting.reused_wall_s``, e.g. a kept MACLR pre-training), so the
+    reported cost of a model does not depend on which run computed a shared stage first."""
+    own = max(walls.get("train", 0.0) - float(accounting.get("waited_s") or 0.0), 0.0) + walls.get("predict", 0.0)
+    reused = float(accounting.get("reused_wall_s") or 0.0)
+    return (own + reused) / 3600 * gpus, reused / 3600 * gpus
+
+
 def update_peak_memory(compute: dict[str, Any], device: str) -> None:
     """Peak memory of this process, kept as the maximum over the run's attempts (resumes)."""
     host = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 3)  # ru_maxrss: KiB on Linux

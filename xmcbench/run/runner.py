@@ -43,7 +43,14 @@ from xmcbench.redact import redact, redact_data
 from xmcbench.run import phases
 from xmcbench.run.check import recipe_from_dict
 from xmcbench.run.live_record import LiveRecord
-from xmcbench.run.provenance import attempt_facts, billed_gpus, compute_facts, resolve_device, update_peak_memory
+from xmcbench.run.provenance import (
+    attempt_facts,
+    billed_gpus,
+    compute_facts,
+    gpu_hours,
+    resolve_device,
+    update_peak_memory,
+)
 from xmcbench.store.record import RECORD_FILE, effective_status, load_record, new_record
 
 log = logging.getLogger("xmcbench.run")
@@ -558,7 +565,9 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
         if phase not in done:
             done.append(phase)
         compute = record["compute"]
-        compute["gpu_hours"] = (walls.get("train", 0.0) + walls.get("predict", 0.0)) / 3600 * billed_gpus(compute)
+        compute["gpu_hours"], reused = gpu_hours(walls, record["accounting"], billed_gpus(compute))
+        if reused:
+            compute["gpu_hours_reused"] = reused
         update_peak_memory(compute, device)
         live.save()
 

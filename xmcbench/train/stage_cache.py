@@ -59,6 +59,19 @@ def fingerprint_texts(*columns: Iterable[str] | None) -> str:
     return h.hexdigest()
 
 
+def module_fingerprint(module: torch.nn.Module, *extra: str) -> str:
+    """sha256 of a module's weights (names, dtypes, shapes, bytes) and ``extra`` texts (its config,
+    its tokenizer): what a model's name alone does not pin (a re-saved folder, an unpinned revision)."""
+    h = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    for text in extra:
+        h.update(b"\x00" + text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """sha256 of xmcbench's own Python source: any change to the code that ran a stage retires it."""
@@ -150,7 +163,7 @@ class StageCache:
                 {"format": FORMAT, "kind": self.kind, "key": self.key, "inputs": self.inputs, "facts": facts},
             )
             install_dir(tmp, self.folder)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - a full disk reaches us as OSError, SafetensorError or RuntimeError
             shutil.rmtree(tmp, ignore_errors=True)
             log.warning(
                 "could not keep the %s for later runs (%s: %s); this run goes on, the next one computes it again",
