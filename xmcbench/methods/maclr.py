@@ -173,7 +173,8 @@ class MaclrMethod:
     def fit(self, task: TrainTask, ctx: RunContext) -> None:
         c = self.config
         ctx.seed_everything()
-        self.encoder = de.build_encoder(self.recipe, projection_dim=c.projection_dim).to(ctx.device)
+        # on the device only once any wait for another run's pre-training is over (it may be hours)
+        self.encoder = de.build_encoder(self.recipe, projection_dim=c.projection_dim)
         labels = list(task.label_texts)  # (L,) label texts are always visible
         rng = np.random.default_rng([ctx.seed, 11])
         acc = ctx.accounting
@@ -197,6 +198,7 @@ class MaclrMethod:
                 log.warning("the kept MACLR pre-training %s lacks its facts; computing it again", kept.folder)
                 entry = None
             reused = entry is not None and kept.restore(self.encoder, entry)
+            self.encoder.to(ctx.device)
             self._lines = _StepLines(
                 ctx,
                 {
