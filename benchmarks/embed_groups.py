@@ -63,7 +63,7 @@ def time_step(encoder, cache, idx, repeat: int, torch) -> dict:
     import numpy as np
 
     from xmcbench.methods import dual_encoder as de
-    from xmcbench.train.length_groups import length_groups, padded_tokens
+    from xmcbench.train.length_groups import padded_tokens
 
     target = torch.randn(idx.size, encoder.dim, generator=torch.Generator().manual_seed(0))  # (b, d)
 
@@ -84,7 +84,7 @@ def time_step(encoder, cache, idx, repeat: int, torch) -> dict:
         best["grouped"] = min(best["grouped"], step(grouped))
         best["single"] = min(best["single"], step(single))
     lengths = np.asarray(cache.lengths[idx])
-    groups = length_groups(lengths, min_rows=16)
+    groups = de.embed_groups(encoder, lengths, "cpu")  # the split embed made above, for this encoder
     return {
         "rows": int(idx.size),
         "lengths": [int(lengths.min()), float(lengths.mean()), int(lengths.max())],

@@ -107,13 +107,8 @@ def embed(encoder, cache, indices: np.ndarray, device: str) -> torch.Tensor:
     its own longest text (``xmcbench.train.length_groups``), and put back in the order of
     ``indices``: the same embeddings and gradients as one forward pass, for less padding.
     """
-    # On CPU an extra forward pass of MiniLM costs about as much as 64 tokens (length_groups.GROUP_COST,
-    # scaled to other models by group_cost_for), so groups of 16 rows can pay. Small GPU forwards are
-    # bound by kernel launches, not by tokens, so there a batch is split only into groups of 256 rows
-    # or more: a guess, not measured on a GPU.
-    min_rows = 256 if torch.device(device).type == "cuda" else 16
     idx = np.asarray(indices, dtype=np.int64).ravel()  # (b,)
-    groups = length_groups(np.asarray(cache.lengths[idx]), min_rows=min_rows, group_cost=_group_cost(encoder))
+    groups = embed_groups(encoder, np.asarray(cache.lengths[idx]), device)
     if len(groups) == 1:  # exactly the one forward pass of an unsplit batch
         batch = cache.batch(indices)
         return encoder(batch["input_ids"].to(device), batch["attention_mask"].to(device))
@@ -126,6 +121,16 @@ def embed(encoder, cache, indices: np.ndarray, device: str) -> torch.Tensor:
     back = np.empty_like(order)
     back[order] = np.arange(order.size)  # (b,) grouped row of each position in indices
     return grouped[torch.from_numpy(back).to(grouped.device)]  # (b, d)
+
+
+def embed_groups(encoder, lengths: np.ndarray, device: str) -> list[np.ndarray]:
+    """The length groups ``embed`` encodes a batch of token ``lengths`` in (positions into ``lengths``)."""
+    # On CPU an extra forward pass of MiniLM costs about as much as 64 tokens (length_groups.GROUP_COST,
+    # scaled to other models by group_cost_for), so groups of 16 rows can pay. Small GPU forwards are
+    # bound by kernel launches, not by tokens, so there a batch is split only into groups of 256 rows
+    # or more: a guess, not measured on a GPU.
+    min_rows = 256 if torch.device(device).type == "cuda" else 16
+    return length_groups(lengths, min_rows=min_rows, group_cost=_group_cost(encoder))
 
 
 _GROUP_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -184,7 +184,7 @@ class MaclrMethod:
             positives_per_query=1,
         )
         self._batches = {}
-        self._pools: list[list[int]] = []  # [pool, steps] runs of the steps' label pools, for a kept pre-training
+        self._pools = []  # [pool, steps] runs of the steps' label pools, for a kept pre-training
         walls: dict[str, float] = {}
         pretrains = task.train_labels is None or c.pretrain
         with ExitStack() as held:
