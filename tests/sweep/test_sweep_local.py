@@ -222,3 +222,32 @@ def test_a_killed_runs_reason_is_its_last_line_that_is_not_information(tmp_path)
     )
     log.write_text("02:11:50 INFO xmcbench.progress: epoch 1/3: 120/400 (30%)\n")
     assert outcome(tmp_path / "runs", "missing-run", -9, log)["error"] == "exit code -9"
+
+
+def test_runs_start_longest_first_by_what_their_recipe_took_before_on_this_host(recipes, monkeypatch):
+    import socket
+
+    import xmcbench.sweep as sweep_module
+
+    plan = expand([recipes / "tfidf-a.yaml", recipes / "tfidf-b.yaml"])
+    a, b = (run.recipe_path for run in plan.runs)
+
+    def start_order(record: SweepRecord) -> list[str]:
+        return [e["key"] for e in sorted(record.entries, key=lambda e: e["started_at"])]
+
+    assert start_order(run_sweep(plan, gpus=[], jobs=1)) == ["tfidf-a", "tfidf-b"]  # nothing timed: plan order
+    with Store.open(paths.default_db_path(), read_only=True) as store:
+        seconds = store.typical_wall_s([a, b, str(recipes / "never-run.yaml")], socket.gethostname())
+        assert set(seconds) == {a, b} and all(s >= 0 for s in seconds.values())
+        assert store.typical_wall_s([a, b], "another-host") == {}  # another machine's times say nothing here
+
+    seen: list[dict] = []
+    from_database = sweep_module._typical_wall_s
+
+    def history(launches, db):
+        seen.append(from_database(launches, db))
+        return {a: 1.0, b: 100.0}  # b took longer before
+
+    monkeypatch.setattr(sweep_module, "_typical_wall_s", history)
+    assert start_order(run_sweep(plan, gpus=[], jobs=1, force=True)) == ["tfidf-b", "tfidf-a"]
+    assert set(seen[0]) == {a, b}  # the sweep read both recipes' times from the database

@@ -668,6 +668,20 @@ class Store:
             needs=("runs",),
         )
 
+    def typical_wall_s(self, recipe_paths: Sequence[str], host: str) -> dict[str, float]:
+        """recipe path -> the median wall time (s, created to finished) of its finished runs on
+        ``host``: how long a sweep expects its next run of that recipe to take."""
+        if not recipe_paths:
+            return {}
+        rows = self._query(
+            "SELECT recipe_path, median(epoch(finished_at) - epoch(created_at)) AS seconds FROM runs "
+            "WHERE status = 'finished' AND host = ? AND list_contains(?, recipe_path) "
+            "AND finished_at IS NOT NULL AND created_at IS NOT NULL GROUP BY recipe_path",
+            [host, list(recipe_paths)],
+            needs=("runs",),
+        )
+        return {row["recipe_path"]: float(row["seconds"]) for row in rows if row["seconds"] is not None}
+
     def sweep_runs(self, sweep_id: str) -> list[dict[str, Any]]:
         """The runs sweep ``sweep_id`` started (run_id, run_key, seed, launcher), in key order."""
         return self._query(

@@ -82,6 +82,22 @@ def _earlier_runs(plan: SweepPlan, db: Path | None, force: bool) -> dict[str, li
         return {h: store.finished_with_recipe(h) for h in {r.recipe_hash for r in plan.runs}}
 
 
+def _typical_wall_s(launches: list[Launch], db: Path) -> dict[str, float]:
+    """recipe path -> how long its finished runs took on this host (the results database). Only an
+    order hint: a database that cannot be read leaves the plan order, it does not stop the sweep."""
+    import logging
+    import socket
+
+    from xmcbench.store import Store
+
+    try:
+        with Store.open(db, read_only=True, missing_ok=True) as store:
+            return store.typical_wall_s(sorted({launch.run.recipe_path for launch in launches}), socket.gethostname())
+    except XmcbenchError as exc:
+        logging.getLogger(__name__).warning("runs start in plan order: earlier run times unreadable (%s)", exc)
+        return {}
+
+
 def run_sweep(
     plan: SweepPlan,
     *,
@@ -141,7 +157,13 @@ def run_sweep(
                 entry.update(run_id=launch.run_id, status="queued", error=None, kept=False, job_id=None)
                 launches.append(launch)
         local = LocalLauncher(
-            record, gpus=gpu_ids, jobs=jobs, runs_dir=runs_root, db=db_path, on_change=lambda: on_change(record)
+            record,
+            gpus=gpu_ids,
+            jobs=jobs,
+            runs_dir=runs_root,
+            db=db_path,
+            on_change=lambda: on_change(record),
+            seconds=_typical_wall_s(launches, db_path) if launcher == "local" else None,
         )
         if launcher == "local":
             local.check(launches)  # before anything is written to the database

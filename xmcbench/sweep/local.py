@@ -2,8 +2,9 @@
 
 A run that needs ``n`` GPUs (``hardware.num_gpus``) starts when ``n`` of the sweep's GPUs are
 free and sees only those (``CUDA_VISIBLE_DEVICES``); several processes go through torchrun. A
-CPU run takes one of ``jobs`` slots and an even share of the CPU threads. Runs start in plan
-order; a later, smaller run may start while an earlier, larger one waits for GPUs.
+CPU run takes one of ``jobs`` slots and an even share of the CPU threads. Runs start longest
+first, by how long their recipe took before (``order.py``); a later, smaller run may start while
+an earlier, larger one waits for GPUs.
 
 Each run is a child process in its own session whose output goes to a log file. Ctrl-C or
 SIGTERM to the sweep sends SIGTERM to every running run (each records itself "interrupted")
@@ -29,6 +30,7 @@ from pathlib import Path
 from xmcbench.errors import XmcbenchError
 from xmcbench.run.provenance import GPUS_ALLOCATED_ENV
 from xmcbench.sweep.launch import Launch, log_name, outcome, run_command, thread_budget
+from xmcbench.sweep.order import longest_first
 from xmcbench.sweep.record import SweepRecord, sweep_folder
 
 POLL_S = 0.5
@@ -127,9 +129,11 @@ class LocalLauncher:
         runs_dir: Path,
         db: Path,
         on_change: Callable[[], None] = lambda: None,
+        seconds: dict[str, float] | None = None,
     ):
         self.sweep, self.gpus, self.jobs = sweep, gpus, max(1, jobs)
         self.runs_dir, self.db, self.on_change = runs_dir, db, on_change
+        self.seconds = dict(seconds or {})  # recipe path -> expected wall time; this sweep's own runs replace it
         self.logs = sweep_folder(sweep.sweep_id) / "logs"
 
     def uses_gpu(self, launch: Launch) -> bool:
@@ -159,11 +163,12 @@ class LocalLauncher:
         self.logs.mkdir(parents=True, exist_ok=True)
         queue = list(launches)
         running: list[Running] = []
+        started: dict[str, int] = {}  # recipe path -> its runs started by this sweep
         free_gpus = list(self.gpus)
         free_cpu = self.jobs
         try:
             while queue or running:
-                for launch in list(queue):
+                for launch in longest_first(queue, self.seconds, started):
                     need = launch.run.gpus
                     if self.uses_gpu(launch):
                         if need > len(free_gpus):
@@ -177,12 +182,16 @@ class LocalLauncher:
                     with _signals_held():  # a started process is always in `running`, so always stopped
                         queue.remove(launch)
                         running.append(self._start(launch, ids, slots))
+                    path = launch.run.recipe_path
+                    started[path] = started.get(path, 0) + 1
                     self._started(running[-1])
                 for job in [j for j in running if j.process.poll() is not None]:
                     running.remove(job)
                     free_gpus = [g for g in self.gpus if g in free_gpus or g in job.gpus]
                     free_cpu += job.cpu_slots
                     self._ended(job)
+                    if job.process.returncode == 0:
+                        self.seconds[job.launch.run.recipe_path] = time.monotonic() - job.started
                 time.sleep(POLL_S if running else 0)
         except BaseException:
             with _signals_held():  # a second Ctrl-C must not leave runs unstopped or unrecorded
