@@ -223,3 +223,33 @@ def test_a_moved_home_still_finds_its_run_folders(tmp_path, record_factory, run_
     shutil.move(old, new)
     with Store.open(new / "xmcbench.duckdb", read_only=True) as store:
         assert store.get_run("r1")["run_dir"] == str(new / "runs" / "r1")
+
+
+def test_typical_wall_s_is_the_median_of_recent_phase_time_on_this_host_less_waits(tmp_path, record_factory):
+    def run(run_id: str, *, path="/r/a.yaml", host="here", train=2.0, minutes=0, status="finished", **accounting):
+        record = _at(record_factory(run_id), minutes)
+        record["provenance"].update(recipe_path=path, host=host)
+        record["compute"]["wall_time_s"] = {"prepare": 1.0, "train": train}
+        record["accounting"].update(accounting)
+        record["status"] = status
+        return record
+
+    with Store.open(tmp_path / "x.duckdb") as store:
+        assert store.typical_wall_s(["/r/a.yaml"], "here") == {}  # nothing recorded yet
+        for record in (
+            run("a1", train=9.0, minutes=1),  # 10 s
+            run("a2", train=29.0, minutes=2),  # 30 s
+            # resumed a day later: created long before it finished, yet its phases took 20 s
+            run("a3", train=19.0, minutes=3) | {"finished_at": "2026-01-03T00:00:00+00:00"},
+            run("a-failed", train=999.0, minutes=4, status="failed"),
+            run("a-elsewhere", train=999.0, minutes=5, host="other"),
+            run("b1", path="/r/b.yaml", train=100.0, minutes=6, waited_s=90.0),  # 101 s, 90 of them waiting
+        ):
+            store.ingest_record(record, None)
+        assert store.typical_wall_s(["/r/a.yaml", "/r/b.yaml", "/r/none.yaml"], "here") == {
+            "/r/a.yaml": 20.0,
+            "/r/b.yaml": 11.0,
+        }
+        assert store.typical_wall_s(["/r/a.yaml"], "here", last=1) == {"/r/a.yaml": 20.0}  # a3, the newest
+        assert store.typical_wall_s(["/r/a.yaml"], "here", last=2) == {"/r/a.yaml": 25.0}  # a3 and a2
+        assert store.typical_wall_s(["/r/a.yaml"], "other") == {"/r/a.yaml": 1000.0}

@@ -251,3 +251,11 @@ def test_runs_start_longest_first_by_what_their_recipe_took_before_on_this_host(
     monkeypatch.setattr(sweep_module, "_typical_wall_s", history)
     assert start_order(run_sweep(plan, gpus=[], jobs=1, force=True)) == ["tfidf-b", "tfidf-a"]
     assert set(seen[0]) == {a, b}  # the sweep read both recipes' times from the database
+
+
+def test_a_run_finished_in_this_sweep_times_its_recipes_other_runs(recipes):
+    # recipe-major plan: a0 a1 b0 b1. Once a0 has finished, a is timed and goes behind the untimed b.
+    plan = expand([recipes / "tfidf-a.yaml", recipes / "tfidf-b.yaml"], seeds="0,1")
+    record = run_sweep(plan, gpus=[], jobs=1)
+    started = [e["key"] for e in sorted(record.entries, key=lambda e: e["started_at"])]
+    assert started[:2] == ["tfidf-a seed=0", "tfidf-b seed=0"], started

@@ -668,19 +668,25 @@ class Store:
             needs=("runs",),
         )
 
-    def typical_wall_s(self, recipe_paths: Sequence[str], host: str) -> dict[str, float]:
-        """recipe path -> the median wall time (s, created to finished) of its finished runs on
-        ``host``: how long a sweep expects its next run of that recipe to take."""
+    def typical_wall_s(self, recipe_paths: Sequence[str], host: str, last: int = 5) -> dict[str, float]:
+        """recipe path -> the median time its ``last`` newest finished runs on ``host`` spent in their
+        phases, less any wait for another run's shared stage (``accounting.waited_s``): how long a
+        sweep expects its next run of that recipe to take. The phases' sum, not finished - created:
+        a run resumed the next day did not take a day."""
         if not recipe_paths:
             return {}
         rows = self._query(
-            "SELECT recipe_path, median(epoch(finished_at) - epoch(created_at)) AS seconds FROM runs "
-            "WHERE status = 'finished' AND host = ? AND list_contains(?, recipe_path) "
-            "AND finished_at IS NOT NULL AND created_at IS NOT NULL GROUP BY recipe_path",
-            [host, list(recipe_paths)],
-            needs=("runs",),
+            "SELECT recipe_path, median(seconds) AS seconds FROM ("
+            " SELECT r.recipe_path, coalesce(c.wall_total_s, epoch(r.finished_at) - epoch(r.created_at))"
+            "  - coalesce(TRY_CAST(json_extract_string(r.record_json, '$.accounting.waited_s') AS DOUBLE), 0)"
+            "  AS seconds, row_number() OVER (PARTITION BY r.recipe_path ORDER BY r.created_at DESC) AS newest"
+            " FROM runs r LEFT JOIN compute c USING (run_id)"
+            " WHERE r.status = 'finished' AND r.host = ? AND list_contains(?, r.recipe_path)"
+            ") WHERE newest <= ? AND seconds IS NOT NULL GROUP BY recipe_path",
+            [host, list(recipe_paths), last],
+            needs=("runs", "compute"),
         )
-        return {row["recipe_path"]: float(row["seconds"]) for row in rows if row["seconds"] is not None}
+        return {row["recipe_path"]: max(0.0, float(row["seconds"])) for row in rows}
 
     def sweep_runs(self, sweep_id: str) -> list[dict[str, Any]]:
         """The runs sweep ``sweep_id`` started (run_id, run_key, seed, launcher), in key order."""

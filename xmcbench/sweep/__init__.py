@@ -91,7 +91,7 @@ def _typical_wall_s(launches: list[Launch], db: Path) -> dict[str, float]:
     from xmcbench.store import Store
 
     try:
-        with Store.open(db, read_only=True, missing_ok=True) as store:
+        with Store.open(db, timeout_s=5.0, read_only=True, missing_ok=True) as store:
             return store.typical_wall_s(sorted({launch.run.recipe_path for launch in launches}), socket.gethostname())
     except XmcbenchError as exc:
         logging.getLogger(__name__).warning("runs start in plan order: earlier run times unreadable (%s)", exc)
@@ -163,10 +163,10 @@ def run_sweep(
             runs_dir=runs_root,
             db=db_path,
             on_change=lambda: on_change(record),
-            seconds=_typical_wall_s(launches, db_path) if launcher == "local" else None,
         )
         if launcher == "local":
             local.check(launches)  # before anything is written to the database
+            local.seconds = _typical_wall_s(launches, db_path)
         record.save()
         with Store.open(db_path) as store:
             store.set_sweep_runs(

@@ -3,8 +3,8 @@
 A run that needs ``n`` GPUs (``hardware.num_gpus``) starts when ``n`` of the sweep's GPUs are
 free and sees only those (``CUDA_VISIBLE_DEVICES``); several processes go through torchrun. A
 CPU run takes one of ``jobs`` slots and an even share of the CPU threads. Runs start longest
-first, by how long their recipe took before (``order.py``); a later, smaller run may start while
-an earlier, larger one waits for GPUs.
+first, by how long their recipe took before (``order.py``), among those that fit what is free: a
+smaller run may start while a larger one waits for GPUs.
 
 Each run is a child process in its own session whose output goes to a log file. Ctrl-C or
 SIGTERM to the sweep sends SIGTERM to every running run (each records itself "interrupted")
@@ -163,12 +163,11 @@ class LocalLauncher:
         self.logs.mkdir(parents=True, exist_ok=True)
         queue = list(launches)
         running: list[Running] = []
-        started: dict[str, int] = {}  # recipe path -> its runs started by this sweep
         free_gpus = list(self.gpus)
         free_cpu = self.jobs
         try:
             while queue or running:
-                for launch in longest_first(queue, self.seconds, started):
+                for launch in longest_first(queue, self.seconds):
                     need = launch.run.gpus
                     if self.uses_gpu(launch):
                         if need > len(free_gpus):
@@ -182,15 +181,13 @@ class LocalLauncher:
                     with _signals_held():  # a started process is always in `running`, so always stopped
                         queue.remove(launch)
                         running.append(self._start(launch, ids, slots))
-                    path = launch.run.recipe_path
-                    started[path] = started.get(path, 0) + 1
                     self._started(running[-1])
                 for job in [j for j in running if j.process.poll() is not None]:
                     running.remove(job)
                     free_gpus = [g for g in self.gpus if g in free_gpus or g in job.gpus]
                     free_cpu += job.cpu_slots
                     self._ended(job)
-                    if job.process.returncode == 0:
+                    if job.process.returncode == 0 and not job.launch.resume:  # a resumed run took only the rest
                         self.seconds[job.launch.run.recipe_path] = time.monotonic() - job.started
                 time.sleep(POLL_S if running else 0)
         except BaseException:
