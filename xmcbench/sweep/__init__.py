@@ -157,16 +157,10 @@ def run_sweep(
                 entry.update(run_id=launch.run_id, status="queued", error=None, kept=False, job_id=None)
                 launches.append(launch)
         local = LocalLauncher(
-            record,
-            gpus=gpu_ids,
-            jobs=jobs,
-            runs_dir=runs_root,
-            db=db_path,
-            on_change=lambda: on_change(record),
+            record, gpus=gpu_ids, jobs=jobs, runs_dir=runs_root, db=db_path, on_change=lambda: on_change(record)
         )
         if launcher == "local":
             local.check(launches)  # before anything is written to the database
-            local.seconds = _typical_wall_s(launches, db_path)
         record.save()
         with Store.open(db_path) as store:
             store.set_sweep_runs(
@@ -176,7 +170,7 @@ def run_sweep(
             )
         on_change(record)
         if launcher == "local":
-            local.run(launches)
+            local.run(launches, seconds=_typical_wall_s(launches, db_path))
         else:
             jobs_submitted = submit(record, launches, slurm, runs_dir=runs_root, db=db_path)
             on_change(record)

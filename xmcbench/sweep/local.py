@@ -129,11 +129,9 @@ class LocalLauncher:
         runs_dir: Path,
         db: Path,
         on_change: Callable[[], None] = lambda: None,
-        seconds: dict[str, float] | None = None,
     ):
         self.sweep, self.gpus, self.jobs = sweep, gpus, max(1, jobs)
         self.runs_dir, self.db, self.on_change = runs_dir, db, on_change
-        self.seconds = dict(seconds or {})  # recipe path -> expected wall time; this sweep's own runs replace it
         self.logs = sweep_folder(sweep.sweep_id) / "logs"
 
     def uses_gpu(self, launch: Launch) -> bool:
@@ -157,9 +155,12 @@ class LocalLauncher:
         if problems:
             raise XmcbenchError("the sweep was not started:\n  " + "\n  ".join(problems))
 
-    def run(self, launches: list[Launch]) -> None:
-        """Run every launch; returns when all ended. KeyboardInterrupt: running runs are stopped and recorded."""
+    def run(self, launches: list[Launch], seconds: dict[str, float] | None = None) -> None:
+        """Run every launch, longest first by ``seconds`` (recipe path -> expected wall time; a run
+        finished here replaces its recipe's); returns when all ended. KeyboardInterrupt: running
+        runs are stopped and recorded."""
         self.check(launches)
+        seconds = dict(seconds or {})
         self.logs.mkdir(parents=True, exist_ok=True)
         queue = list(launches)
         running: list[Running] = []
@@ -167,7 +168,7 @@ class LocalLauncher:
         free_cpu = self.jobs
         try:
             while queue or running:
-                for launch in longest_first(queue, self.seconds):
+                for launch in longest_first(queue, seconds):
                     need = launch.run.gpus
                     if self.uses_gpu(launch):
                         if need > len(free_gpus):
@@ -188,7 +189,7 @@ class LocalLauncher:
                     free_cpu += job.cpu_slots
                     self._ended(job)
                     if job.process.returncode == 0 and not job.launch.resume:  # a resumed run took only the rest
-                        self.seconds[job.launch.run.recipe_path] = time.monotonic() - job.started
+                        seconds[job.launch.run.recipe_path] = time.monotonic() - job.started
                 time.sleep(POLL_S if running else 0)
         except BaseException:
             with _signals_held():  # a second Ctrl-C must not leave runs unstopped or unrecorded
