@@ -54,6 +54,7 @@ def test_wheel_ships_recipes_and_runs_recipes_list(tmp_path):
 
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "xmcbench/recipes/smoke/tfidf.yaml" in names and "xmcbench/recipes/base/synthetic-smoke.yaml" in names
+    assert "xmcbench/recipes/smoke/timings.json" in names  # what orders a first smoke sweep from the wheel
     assert "xmcbench/leaderboard_data/dexml.yaml" in names
 
     # a fresh venv; the dependencies come from this interpreter's site-packages (a plain path entry,

@@ -37,6 +37,81 @@ def test_parts_that_are_not_installed_say_how_to_install():
         resolve_model("parts:no-such-dist-part#sha256=" + "0" * 64)
 
 
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q8_0"])
+def test_reading_a_gguf_fast_dequantises_the_same_bits_and_puts_gguf_back(qtype):
+    """The conversion dequantises more rows a call than gguf does: every row must come out the same,
+    bit for bit, across the chunk boundaries and the short last chunk; and gguf is as it was after."""
+    import gguf
+    from gguf import quants
+
+    from xmcbench.judge.model_files import _DEQUANT_ROWS, _gguf_read_fast
+
+    kind = gguf.GGMLQuantizationType[qtype]
+    block, size = gguf.GGML_QUANT_SIZES[kind]
+    rows = 2 * _DEQUANT_ROWS + 37
+    raw = np.random.default_rng(0).integers(0, 256, size=(rows, 3 * size), dtype=np.uint8)
+    before = (gguf.GGUFReader, quants._apply_over_grouped_rows, gguf.get_tensor_name_map)
+    with np.errstate(all="ignore"):  # random bytes make some block scales inf or NaN: compared as bits
+        want = gguf.dequantize(raw, kind)
+        with _gguf_read_fast():
+            assert quants._apply_over_grouped_rows is not before[1]
+            got = gguf.dequantize(raw, kind)
+    assert got.shape == want.shape == (rows, 3 * block)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert (gguf.GGUFReader, quants._apply_over_grouped_rows, gguf.get_tensor_name_map) == before
+
+
+def test_reading_a_gguf_fast_reads_the_same_fields_and_tensors_once_and_puts_gguf_back(tmp_path):
+    """The reader inside the conversion: one parse shared, plain arrays instead of memmaps, the same
+    fields and tensor bytes as gguf's own reader; one name map per architecture; gguf restored after
+    an error too, and a nested block changes nothing."""
+    import gguf
+    from gguf import quants
+
+    from xmcbench.judge.model_files import _gguf_read_fast
+
+    path = tmp_path / "tiny.gguf"
+    rng = np.random.default_rng(0)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("tiny.count", 7)
+    writer.add_string("tiny.name", "judge")
+    writer.add_array("tokenizer.ggml.tokens", ["a", "bb", "ccc", "dddd"])
+    writer.add_tensor("blk.0.attn_q.weight", rng.standard_normal((300, 64)).astype(np.float32))
+    q8 = quants.quantize(rng.standard_normal((300, 64)).astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("blk.0.ffn_up.weight", q8, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    before = (gguf.GGUFReader, quants._apply_over_grouped_rows, gguf.get_tensor_name_map)
+    plain = gguf.GGUFReader(path)
+    with _gguf_read_fast():
+        fast = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is fast  # one parse for tokenizer, config and weights
+        assert type(plain.data) is np.memmap and type(fast.data) is np.ndarray
+        names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is names
+        assert names.get_name("model.layers.1.mlp.up_proj") == "blk.1.ffn_up"
+        with _gguf_read_fast():  # nested: what is in place stays
+            assert gguf.GGUFReader(path) is fast
+        assert list(fast.fields) == list(plain.fields)
+        for name, field in plain.fields.items():
+            other = fast.fields[name]
+            assert other.types == field.types and other.data == field.data, name
+            assert all(np.array_equal(x, y) for x, y in zip(other.parts, field.parts, strict=True)), name
+        assert [t.name for t in fast.tensors] == [t.name for t in plain.tensors]
+        for mine, theirs in zip(fast.tensors, plain.tensors, strict=True):
+            assert mine.tensor_type == theirs.tensor_type and mine.data.tobytes() == theirs.data.tobytes()
+            assert np.array_equal(
+                gguf.dequantize(mine.data, mine.tensor_type), gguf.dequantize(theirs.data, theirs.tensor_type)
+            )
+    assert (gguf.GGUFReader, quants._apply_over_grouped_rows, gguf.get_tensor_name_map) == before
+    with pytest.raises(RuntimeError, match="mid-conversion"), _gguf_read_fast():
+        raise RuntimeError("mid-conversion")
+    assert (gguf.GGUFReader, quants._apply_over_grouped_rows, gguf.get_tensor_name_map) == before
+
+
 def test_a_tokenizer_without_yes_no_tokens_is_an_error():
     from xmcbench.judge.transformers_judge import TransformersJudge
 

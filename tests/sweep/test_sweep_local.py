@@ -8,6 +8,7 @@ import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sweep_helpers import cli_env, write_recipe, xmcbench
@@ -17,6 +18,7 @@ from xmcbench.errors import XmcbenchError
 from xmcbench.store import Store
 from xmcbench.store.record import read_record
 from xmcbench.sweep import expand, run_sweep
+from xmcbench.sweep.order import folder_timings
 from xmcbench.sweep.record import SweepRecord, sweep_path
 
 
@@ -251,6 +253,43 @@ def test_runs_start_longest_first_by_what_their_recipe_took_before_on_this_host(
     monkeypatch.setattr(sweep_module, "_typical_wall_s", history)
     assert start_order(run_sweep(plan, gpus=[], jobs=1, force=True)) == ["tfidf-b", "tfidf-a"]
     assert set(seen[0]) == {a, b}  # the sweep read both recipes' times from the database
+
+
+def test_a_timings_file_orders_recipes_this_host_never_ran_and_history_here_wins_over_it(recipes, monkeypatch):
+    import socket
+
+    import xmcbench.sweep as sweep_module
+    from benchmarks.recipe_timings import main as write_timings
+
+    # recipe paths as a user types them, relative to where the sweep starts (the README's command)
+    monkeypatch.chdir(recipes.parent)
+    write_recipe(recipes, "tfidf-c")  # in the folder, never run here
+    with pytest.raises(SystemExit, match="no finished runs"):
+        write_timings(["recipes"])  # nothing measured yet: no file is written
+    assert not (recipes / "timings.json").exists()
+    plan = expand(["recipes/tfidf-a.yaml", "recipes/tfidf-b.yaml"])
+    a, b = (run.recipe_path for run in plan.runs)
+    assert a == "recipes/tfidf-a.yaml"
+    seconds = {"tfidf-a.yaml": 1000.0, "tfidf-b.yaml": 2000.0, "tfidf-c.yaml": 5.0, "gone.yaml": 9.0}
+    (recipes / "timings.json").write_text(json.dumps({"seconds": seconds}))
+    record = run_sweep(plan, gpus=[], jobs=1)  # an empty home: only the file times them
+    assert [e["key"] for e in sorted(record.entries, key=lambda e: e["started_at"])] == ["tfidf-b", "tfidf-a"]
+    launches = [SimpleNamespace(run=run) for run in plan.runs]
+    db = paths.default_db_path()
+    with Store.open(db, read_only=True) as store:
+        here = store.typical_wall_s([a, b], socket.gethostname())
+    assert set(here) == {a, b} and sweep_module._typical_wall_s(launches, db) == here  # this host's runs, not the file
+
+    write_timings(["recipes"])  # the file again: this host's times, the unmeasured recipe kept, the gone one dropped
+    assert folder_timings([a, b, "recipes/tfidf-c.yaml"]) == {
+        **{path: round(s, 1) for path, s in here.items()},
+        "recipes/tfidf-c.yaml": 5.0,
+    }
+    assert set(json.loads((recipes / "timings.json").read_text())["seconds"]) == {
+        "tfidf-a.yaml",
+        "tfidf-b.yaml",
+        "tfidf-c.yaml",
+    }
 
 
 def test_a_run_finished_in_this_sweep_times_its_recipes_other_runs(recipes):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from types import SimpleNamespace
 
 import pytest
 
-from xmcbench.sweep.order import longest_first
+from xmcbench.sweep.order import folder_timings, longest_first
 
 
 def _launch(path: str, seed: int):
@@ -70,3 +72,31 @@ def test_longest_first_is_within_four_thirds_of_the_best_and_never_worse_here_th
     if slots == 2:
         assert _makespan(queue, SMOKE, 2) == 648  # the suite took 650 s in plan order
         assert _makespan(order, SMOKE, 2) == 609
+
+
+def test_a_timings_file_times_the_recipes_it_names_in_its_own_folder(tmp_path):
+    smoke, other = tmp_path / "smoke", tmp_path / "other"
+    smoke.mkdir(), other.mkdir()
+    (smoke / "timings.json").write_text(json.dumps({"seconds": {"lmtx.yaml": 480, "tfidf.yaml": 9.5}, "about": "x"}))
+    paths = [str(smoke / "lmtx.yaml"), str(smoke / "tfidf.yaml"), str(smoke / "new.yaml"), str(other / "lmtx.yaml")]
+    assert folder_timings(paths) == {paths[0]: 480.0, paths[1]: 9.5}  # by file name, in its own folder only
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        json.dumps({"lmtx.yaml": 480}),  # no "seconds"
+        json.dumps({"seconds": [480]}),
+        json.dumps({"seconds": {"lmtx.yaml": -1}}),
+        json.dumps({"seconds": {"lmtx.yaml": "480"}}),
+        json.dumps({"seconds": {"lmtx.yaml": True}}),
+        '{"seconds": {"lmtx.yaml": NaN}}',
+        json.dumps([1, 2]),
+    ],
+)
+def test_a_malformed_timings_file_is_left_out_with_a_warning(tmp_path, caplog, text):
+    (tmp_path / "timings.json").write_text(text)
+    with caplog.at_level(logging.WARNING, logger="xmcbench.sweep.order"):
+        assert folder_timings([str(tmp_path / "lmtx.yaml")]) == {}
+    assert "timings.json left out of the run order" in caplog.text

@@ -3,8 +3,8 @@
 A model spec is one of
 - a folder with ``config.json`` (a Hugging Face model, used as is);
 - a ``.gguf`` file: dequantised once by transformers and saved as a bf16 copy under
-  ``$XMCBENCH_HOME/cache/judges/<sha256 of the GGUF>/`` (or ``$XMCBENCH_JUDGE_MODELS``) (80 s for the 1.5B judge on one core of a 2-core AMD EPYC,
-  and GBs, the first time; 2–3 s after);
+  ``$XMCBENCH_HOME/cache/judges/<sha256 of the GGUF>/`` (or ``$XMCBENCH_JUDGE_MODELS``) (48 s for
+  the 1.5B judge on one core of a 2-core AMD EPYC, and GBs, the first time; 2–3 s after);
 - ``parts:<distribution prefix>#sha256=<hex>``: a GGUF split into ``data/partNN.bin`` over the
   installed distributions ``<prefix>1``, ``<prefix>2``, …, found through package metadata (never
   imported), concatenated in order and checked against the sha256 before anything loads it.
@@ -111,28 +111,72 @@ def local_folder(spec: str) -> Path | None:
     return None if path.suffix == ".gguf" else path
 
 
+_DEQUANT_ROWS = 256  # rows of a quantised tensor a dequantisation call reads (gguf's own: 16)
+
+
 @contextmanager
-def _gguf_parsed_once() -> Iterator[None]:
-    """One parse of a GGUF file while the block runs. transformers parses the whole file once for the
-    tokenizer, once for the config and once for the weights; for the 1.5B judge each parse took
-    ~13 s on one core (its 151k-token vocabulary is read entry by entry). The reader only reads
-    (a memory map), so sharing it changes nothing that is loaded."""
+def _gguf_read_fast() -> Iterator[None]:
+    """transformers reading a GGUF, without the costs that do not change what it reads. Measured on
+    the 1.5B judge (one core of a 2-core AMD EPYC, `benchmarks/bench_judge_conversion.py`):
+    - one parse of the file: transformers parses it once for the tokenizer, once for the config and
+      once for the weights (~13 s each);
+    - plain array views of it: each field and block read is a slice of the file's np.memmap, and a
+      memmap slice is a memmap, whose numpy ``__array_finalize__`` cost more than the reading
+      (151k vocabulary entries, 53k dequantisation groups);
+    - dequantisation 256 rows a call instead of 16 (13.6-15.3 s -> 8.2-8.8 s): the blocks of a row are
+      dequantised alone, so the values are the same bit for bit (``tests/judge``);
+    - one tensor-name map per architecture: transformers builds it again for each of the model's
+      ~400 submodules (~8 s).
+    Everything is put back when the block ends."""
     import gguf as gguf_lib
+    import numpy as np
+    from gguf import quants
 
     made = gguf_lib.GGUFReader
+    grouped = quants._apply_over_grouped_rows
+    name_map = gguf_lib.get_tensor_name_map
+    if not isinstance(made, type):  # inside another _gguf_read_fast: already in place
+        yield
+        return
+
+    class PlainViews(made):
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, value):
+            self._plain = np.asarray(value)  # the same mapped pages, without the memmap subclass
+
     readers: dict[tuple[str, str], object] = {}
 
     def shared(path, mode="r"):
         key = (os.fspath(path), mode)
         if key not in readers:
-            readers[key] = made(path, mode)
+            readers[key] = PlainViews(path, mode)
         return readers[key]
 
-    gguf_lib.GGUFReader = shared
+    def by_more_rows(func, arr, otype, oshape):
+        rows = arr.reshape((-1, arr.shape[-1]))
+        if not len(rows):
+            return grouped(func, arr, otype, oshape)
+        out = np.empty(oshape, dtype=otype).reshape(rows.shape[0], -1)
+        for s in range(0, rows.shape[0], _DEQUANT_ROWS):
+            out[s : s + _DEQUANT_ROWS] = func(rows[s : s + _DEQUANT_ROWS]).reshape(len(out[s : s + _DEQUANT_ROWS]), -1)
+        return out.reshape(oshape)
+
+    maps: dict[tuple, object] = {}
+
+    def one_map(arch, n_blocks):
+        if (arch, n_blocks) not in maps:
+            maps[arch, n_blocks] = name_map(arch, n_blocks)
+        return maps[arch, n_blocks]
+
+    gguf_lib.GGUFReader, quants._apply_over_grouped_rows, gguf_lib.get_tensor_name_map = shared, by_more_rows, one_map
     try:
         yield
     finally:
-        gguf_lib.GGUFReader = made
+        gguf_lib.GGUFReader, quants._apply_over_grouped_rows, gguf_lib.get_tensor_name_map = made, grouped, name_map
 
 
 def _bf16_copy(gguf: Path, sha: str) -> Path:
@@ -148,7 +192,7 @@ def _bf16_copy(gguf: Path, sha: str) -> Path:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         try:
-            with _gguf_parsed_once():
+            with _gguf_read_fast():
                 tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                 model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         except ImportError as exc:

@@ -83,19 +83,23 @@ def _earlier_runs(plan: SweepPlan, db: Path | None, force: bool) -> dict[str, li
 
 
 def _typical_wall_s(launches: list[Launch], db: Path) -> dict[str, float]:
-    """recipe path -> how long its finished runs took on this host (the results database). Only an
-    order hint: a database that cannot be read leaves the plan order, it does not stop the sweep."""
+    """recipe path -> how long its finished runs took on this host (the results database), else what a
+    ``timings.json`` beside it says (``xmcbench.sweep.order``). Only an order hint: a database that
+    cannot be read leaves those recipes to the file or to plan order; it does not stop the sweep."""
     import logging
     import socket
 
     from xmcbench.store import Store
+    from xmcbench.sweep.order import folder_timings
 
+    paths = sorted({launch.run.recipe_path for launch in launches})
+    seconds = folder_timings(paths)
     try:
         with Store.open(db, timeout_s=5.0, read_only=True, missing_ok=True) as store:
-            return store.typical_wall_s(sorted({launch.run.recipe_path for launch in launches}), socket.gethostname())
+            seconds.update(store.typical_wall_s(paths, socket.gethostname()))
     except XmcbenchError as exc:
-        logging.getLogger(__name__).warning("runs start in plan order: earlier run times unreadable (%s)", exc)
-        return {}
+        logging.getLogger(__name__).warning("earlier run times unreadable, runs ordered without them (%s)", exc)
+    return seconds
 
 
 def run_sweep(
