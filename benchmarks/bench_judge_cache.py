@@ -20,7 +20,6 @@ two back to back for each size. Saved as JSON (``--out``) with the machine and t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
+from benchmarks.runner import save_result
 from xmcbench.judge.cache import JudgementCache
 
 STORE_ARGS = ("v1", "eurlex-4k", "judge@rev")
@@ -138,10 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
         "load_average": os.getloadavg(),
         "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"saved {args.out}")
-    return result
+    return save_result(result, args.out)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -74,10 +73,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/judge-conversion.json"))
     args = parser.parse_args(argv)
 
-    import torch
     import transformers
 
+    from benchmarks.runner import machine, save_result
     from xmcbench.judge.model_files import _PARTS, assemble_parts
+
+    host = machine()
+    host["versions"] |= {"transformers": transformers.__version__, "gguf": version("gguf")}
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
     found = _PARTS.match(args.model)
@@ -111,22 +113,10 @@ def main(argv: list[str] | None = None) -> dict:
             },
             {"name": "judge_conversion", "work": "resolve_model into an empty judges folder", "xmcbench_s": full["s"]},
         ],
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "versions": {
-                "python": platform.python_version(),
-                "torch": torch.__version__,
-                "transformers": transformers.__version__,
-                "gguf": version("gguf"),
-            },
-        },
+        "machine": host,
         "load_average": os.getloadavg(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"saved {args.out}")
-    return result
+    return save_result(result, args.out)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ the update is the same up to float rounding. Saved as JSON (``--out``) with the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -55,6 +53,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     from transformers import BertConfig, BertModel
 
+    from benchmarks.runner import machine, save_result
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
@@ -85,17 +85,10 @@ def main(argv: list[str] | None = None) -> dict:
         "schema_version": 1,
         "steps": args.steps,
         "rows": rows,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "versions": {"python": platform.python_version(), "torch": torch.__version__},
-        },
+        "machine": machine(),
         "load_average": os.getloadavg(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"saved {args.out}")
-    return result
+    return save_result(result, args.out)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,14 @@ def machine() -> dict:
     }
 
 
+def save_result(result: dict, out: Path) -> dict:
+    """Write a benchmark's result as JSON to ``out`` (its folder made) and say where."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=float) + "\n")
+    print(f"saved {out}")
+    return result
+
+
 def _child_env() -> dict[str, str]:
     """The environment of a benchmark script run as a child: this checkout first on the path."""
     return dict(
