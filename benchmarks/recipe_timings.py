@@ -23,7 +23,7 @@ from pathlib import Path
 
 from xmcbench.paths import default_db_path
 from xmcbench.store import Store
-from xmcbench.sweep.order import TIMINGS_FILE
+from xmcbench.sweep.order import TIMINGS_FILE, folder_timings
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -49,14 +49,8 @@ def main(argv: list[str] | None = None) -> dict:
     if missing:
         print(f"not run on this host, kept as they were in the file: {', '.join(missing)}")
     out = args.folder / TIMINGS_FILE
-    try:
-        earlier = json.loads(out.read_text(encoding="utf-8"))["seconds"] if out.is_file() else {}
-        if not isinstance(earlier, dict):
-            raise TypeError('"seconds" is not a mapping')
-    except (ValueError, KeyError, TypeError) as exc:
-        print(f"{out} unreadable ({exc}): written anew")
-        earlier = {}
-    earlier = {name: s for name, s in earlier.items() if name in {r.name for r in recipes}}  # recipes still here
+    # what the file said, read as a sweep reads it (a malformed file warns and counts as empty)
+    earlier = {Path(path).name: s for path, s in folder_timings([str(r) for r in recipes]).items()}
     result = {
         "about": "seconds each recipe's runs spent in their phases (median of the newest 5); a sweep starts "
         "the longest first, by this file until the host has run the recipe (python -m benchmarks.recipe_timings)",
