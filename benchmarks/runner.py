@@ -797,8 +797,8 @@ def bench_smoke() -> list[dict]:
             None,
             None,
             target="<= 600 s",
-            met=bool(t <= 600),
-            notes=f"exit {done.returncode}",
+            met=done.returncode == 0 and t <= 600,  # a failed recipe or a missed floor is no suite that met it
+            notes=f"exit {done.returncode}" + ("" if done.returncode == 0 else f": {done.stderr.strip()[-300:]}"),
         )
     ]
 

@@ -91,3 +91,20 @@ def test_authors_rows_without_checkouts_say_why(tmp_path, monkeypatch):
     for r in rows.values():
         assert r["xmcbench_s"] != r["xmcbench_s"] and r["peer_s"] is None  # NaN: nothing was timed
         assert "checkout" in r["notes"] or "repo" in r["notes"]
+
+
+def test_a_smoke_suite_that_fails_never_meets_its_target(monkeypatch):
+    """A suite that exits non-zero (a recipe failed, a floor was missed) is no suite inside 600 s, however quick."""
+    import subprocess
+
+    import benchmarks.runner as runner
+
+    def finished(rc):
+        return lambda command, **kwargs: subprocess.CompletedProcess(command, rc, "", "floor missed: smoke-dexml P@1")
+
+    monkeypatch.setattr(runner.subprocess, "run", finished(1))
+    (failed,) = runner.bench_smoke()
+    assert failed["met"] is False and "floor missed" in failed["notes"]
+    monkeypatch.setattr(runner.subprocess, "run", finished(0))
+    (passed,) = runner.bench_smoke()
+    assert passed["met"] is True and passed["notes"] == "exit 0"

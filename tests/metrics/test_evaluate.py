@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -111,3 +112,63 @@ def test_with_ci_zero_replicates_skips_the_bootstrap(problem):
     got = evaluate_with_ci(problem.predictions, problem.truth, k=(1, 3), n_boot=0)
     point = evaluate(problem.predictions, problem.truth, k=(1, 3))
     assert got == {name: (value, None, None) for name, value in point.items()}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dense", [False, True])
+def test_rows_ranked_in_blocks_on_threads_give_the_same_bits(problem, monkeypatch, dtype, dense):
+    """Blocks of rows (filter, propensities, empty and short rows, all-tied rows among them) ranked
+    apart, in threads, give every per-row component and every metric bit for bit as one pass does."""
+    evaluate_module = importlib.import_module("xmcbench.metrics.evaluate")  # the package's `evaluate` is the function
+
+    predictions = problem.predictions.astype(dtype)
+    if dense:
+        predictions = predictions.toarray()
+    args = dict(k=(1, 3, 5, 100), inv_propensity=problem.inv_propensity, filter=problem.filter)
+    names, num, den = components(predictions, problem.truth, threads=1, **args)
+    whole = evaluate(predictions, problem.truth, threads=1, **args)
+    monkeypatch.setattr(evaluate_module, "_MIN_BLOCK_ENTRIES", 1)  # blocks however small the input
+    for threads in (2, 3, 7, 1000):  # more threads than rows with predictions is fine
+        got_names, got_num, got_den = components(predictions, problem.truth, threads=threads, **args)
+        assert got_names == names
+        np.testing.assert_array_equal(got_num, num)
+        np.testing.assert_array_equal(got_den, den)
+        assert evaluate(predictions, problem.truth, threads=threads, **args) == whole
+    with_ci = evaluate_with_ci(predictions, problem.truth, threads=2, n_boot=20, **args)
+    assert with_ci == evaluate_with_ci(predictions, problem.truth, threads=1, n_boot=20, **args)
+
+
+def test_blocks_split_rows_by_predictions_and_cover_every_row(problem):
+    from xmcbench.metrics import rank_truth
+    from xmcbench.metrics.ranking import rank_truth_in_blocks
+
+    whole = rank_truth(problem.predictions, problem.truth, 5, filter=problem.filter)
+    blocks = rank_truth_in_blocks(
+        problem.predictions, problem.truth, 5, blocks=4, filter=problem.filter, min_block_entries=1
+    )
+    starts = [start for start, _ in blocks]
+    assert len(blocks) == 4 and starts[0] == 0 and starts == sorted(set(starts))
+    ranked = [rank() for _, rank in blocks]
+    assert sum(r.n_rows for r in ranked) == whole.n_rows
+    per_block_entries = [problem.predictions[a : a + r.n_rows].nnz for a, r in zip(starts, ranked)]
+    assert max(per_block_entries) - min(per_block_entries) <= 2 * problem.predictions[:].getnnz(axis=1).max()
+    for k in (1, 3, 5):
+        np.testing.assert_array_equal(np.concatenate([r.hits(k) for r in ranked]), whole.hits(k))
+        np.testing.assert_array_equal(np.concatenate([r.dcg(k) for r in ranked]), whole.dcg(k))
+    # few predictions: one block, whatever was asked
+    assert len(rank_truth_in_blocks(problem.predictions, problem.truth, 5, blocks=4)) == 1
+    empty = sp.csr_matrix((0, 7), dtype=np.float32)
+    (only,) = rank_truth_in_blocks(empty, empty, 3, blocks=2, min_block_entries=1)
+    assert only[0] == 0 and only[1]().n_rows == 0
+
+
+def test_threads_default_to_the_thread_budget_and_bad_values_are_refused(problem, monkeypatch):
+    from xmcbench.metrics.evaluate import default_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert default_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "lots")
+    assert default_threads() >= 1
+    for bad in (0, -2, 1.5, True, "2"):
+        with pytest.raises(XmcbenchError, match="threads must be a positive integer"):
+            evaluate(problem.predictions, problem.truth, threads=bad)
