@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 
@@ -114,22 +115,33 @@ def test_with_ci_zero_replicates_skips_the_bootstrap(problem):
     assert got == {name: (value, None, None) for name, value in point.items()}
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float64-ulps"])
 @pytest.mark.parametrize("dense", [False, True])
 def test_rows_ranked_in_blocks_on_threads_give_the_same_bits(problem, monkeypatch, dtype, dense):
     """Blocks of rows (filter, propensities, empty and short rows, all-tied rows among them) ranked
     apart, in threads, give every per-row component and every metric bit for bit as one pass does."""
     evaluate_module = importlib.import_module("xmcbench.metrics.evaluate")  # the package's `evaluate` is the function
 
-    predictions = problem.predictions.astype(dtype)
+    predictions = problem.predictions.astype(dtype.split("-")[0])
+    if dtype == "float64-ulps":  # ties that the float64 key merges: rows re-ranked exactly, in every block
+        rng = np.random.default_rng(1)
+        predictions.data += np.spacing(predictions.data) * rng.integers(0, 4, predictions.data.size)
     if dense:
         predictions = predictions.toarray()
     args = dict(k=(1, 3, 5, 100), inv_propensity=problem.inv_propensity, filter=problem.filter)
     names, num, den = components(predictions, problem.truth, threads=1, **args)
     whole = evaluate(predictions, problem.truth, threads=1, **args)
     monkeypatch.setattr(evaluate_module, "_MIN_BLOCK_ENTRIES", 1)  # blocks however small the input
+    made = []  # how many blocks each evaluation was cut into
+    cut = evaluate_module.rank_truth_in_blocks
+    monkeypatch.setattr(
+        evaluate_module, "rank_truth_in_blocks", lambda *a, **kw: made.append(cut(*a, **kw)) or made[-1]
+    )
     for threads in (2, 3, 7, 1000):  # more threads than rows with predictions is fine
+        made.clear()
         got_names, got_num, got_den = components(predictions, problem.truth, threads=threads, **args)
+        # blocks did form: one a thread, or one a row with predictions when threads outnumber those
+        assert len(made[0]) == threads if threads < 10 else 10 < len(made[0]) <= problem.predictions.shape[0]
         assert got_names == names
         np.testing.assert_array_equal(got_num, num)
         np.testing.assert_array_equal(got_den, den)
@@ -167,8 +179,8 @@ def test_threads_default_to_the_thread_budget_and_bad_values_are_refused(problem
 
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert default_threads() == 3
-    monkeypatch.setenv("OMP_NUM_THREADS", "lots")
-    assert default_threads() >= 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "lots")  # not a number: the CPUs this process may use
+    assert default_threads() == len(os.sched_getaffinity(0))
     for bad in (0, -2, 1.5, True, "2"):
         with pytest.raises(XmcbenchError, match="threads must be a positive integer"):
             evaluate(problem.predictions, problem.truth, threads=bad)

@@ -144,6 +144,10 @@ def test_top_k_pads_a_little_but_refuses_an_absurd_k():
     assert top_k(pred, 6).shape == (3, 6)
     with pytest.raises(XmcbenchError, match=r"k=1000000000000 is far above the number of labels \(5\)"):
         top_k(pred, 10**12)
+    # padding beyond one ranking chunk (128k slots) but far from absurd: 20,000 rows x 10 slots past L
+    many = sp.random(20_000, 90, density=0.05, format="csr", dtype=np.float32, random_state=0)
+    ranked = top_k(many, 100)
+    assert ranked.shape == (20_000, 100) and (ranked[:, 90:] == -1).all()
 
 
 def test_check_sparse_accepts_every_format_of_a_valid_matrix():

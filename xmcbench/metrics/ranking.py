@@ -44,7 +44,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -71,6 +70,7 @@ _HIGH, _LOW = (1, 0) if np.little_endian else (0, 1)  # int32 halves of an int64
 # every pass over it (keys, partition, sort, hit scan). 64 MB chunks went to memory at each pass:
 # ranking 200k rows x 100 took 0.56 s with them and 0.42 s with these (2-core AMD EPYC).
 _CHUNK_ENTRIES = 1 << 17
+_MAX_PADDING = 1 << 23  # -1 slots past the last label that top_k allocates before it calls k absurd: 64 MB
 _ORDER_STEP = 1 << 16  # float64 scores turned into keys per slice: 2 x 512 KB, within L2
 _EXACT_INT = 1 << 53  # integers up to this size are exact in float64
 
@@ -448,12 +448,12 @@ def top_k(predictions, k: int, *, filter=None, chunk_entries: int = _CHUNK_ENTRI
 
     Filter pairs are removed first; ties go to the lower label index; rows with fewer than k
     (remaining) predictions are padded with -1. A k so far above the number of labels that the
-    padding alone would exceed ``chunk_entries`` slots is refused (XmcbenchError), not allocated.
+    padding alone would exceed 8M slots (64 MB) is refused (XmcbenchError), not allocated.
     """
     k = check_int(k, "k")
     predictions, _, removed = _prepare(predictions, None, filter)
     n, n_labels = predictions.shape
-    if k > n_labels and n * (k - n_labels) > chunk_entries:  # only -1 padding past L: refuse an absurd amount
+    if k > n_labels and n * (k - n_labels) > _MAX_PADDING:  # only -1 padding past L: refuse an absurd amount
         raise XmcbenchError(f"k={k} is far above the number of labels ({n_labels}); ask for k <= {n_labels}")
     out = np.full((predictions.shape[0], k), -1, dtype=np.int64)
     row_first = predictions.indptr.astype(np.int64)
@@ -464,6 +464,25 @@ def top_k(predictions, k: int, *, filter=None, chunk_entries: int = _CHUNK_ENTRI
         labels = predictions.indices[np.where(valid, entries, 0)] if predictions.nnz else entries
         out[chunk.start : chunk.end, : keys.shape[1]] = np.where(valid, labels, -1)
     return out
+
+
+class _cached:
+    """``functools.cached_property`` without its lock: before Python 3.12 that lock is one per class,
+    so the row blocks ranked on threads would compute their cached statistics one at a time. Each
+    instance belongs to one block (one thread), so no lock is needed."""
+
+    def __init__(self, func):
+        self.func = func
+        self.__doc__ = func.__doc__
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.func(instance)  # found there from now on
+        return value
 
 
 def discounts(k: int) -> np.ndarray:
@@ -505,7 +524,7 @@ class RankedTruth:
             raise ValueError(f"k={k} is outside 1..{self.k_max}; rank the truth with a larger k_max")
         return min(k, self.n_labels)
 
-    @cached_property
+    @_cached
     def _cache(self) -> dict:
         return {}
 
@@ -552,7 +571,7 @@ class RankedTruth:
             raise ValueError("propensity-scored metrics need inv_propensity; pass it to rank_truth")
         return self.inv_propensity
 
-    @cached_property
+    @_cached
     def _hit_weights(self) -> np.ndarray:
         return self._weights()[self.hit_label]
 
@@ -566,7 +585,7 @@ class RankedTruth:
             "ps_dcg", k, lambda: self._hit_weights * discounts(min(self.k_max, self.n_labels))[self.hit_rank]
         )
 
-    @cached_property
+    @_cached
     def _ideal(self) -> np.ndarray:
         """(pairs,) the true labels' weights grouped by row (row-major), each row's in descending
         order: row r's ideal PS ranking is ``_ideal[row_start[r] : row_start[r] + n_true[r]]``."""
@@ -607,7 +626,7 @@ class RankedTruth:
             places[j] = rows, self._ideal[self._row_start[rows] + j]
         return places[j]
 
-    @cached_property
+    @_cached
     def _row_start(self) -> np.ndarray:
         """(n_rows,) where each row's true pairs start in the row-major ``true_*`` arrays."""
         return np.concatenate(([0], np.cumsum(self.n_true)))[:-1]
