@@ -701,11 +701,10 @@ def rank_truth(
         inv_propensity: optional (L,) inverse propensities for the PS metrics.
         chunk_entries: dense slots per chunk (memory bound); tests shrink it to exercise chunking.
     """
-    k_max = check_int(k_max, "k")
-    predictions, truth, removed = _prepare(predictions, truth, filter)
-    if inv_propensity is not None:
-        inv_propensity = _check_weights(inv_propensity, truth.shape[1])
-    return _rank_checked(predictions, truth, k_max, removed, inv_propensity, None, chunk_entries)
+    ((_, rank),) = rank_truth_in_blocks(
+        predictions, truth, k_max, blocks=1, filter=filter, inv_propensity=inv_propensity, chunk_entries=chunk_entries
+    )
+    return rank()
 
 
 def rank_truth_in_blocks(
@@ -729,15 +728,15 @@ def rank_truth_in_blocks(
     """
     k_max = check_int(k_max, "k")
     predictions, truth, removed = _prepare(predictions, truth, filter)
-    order = None
     if inv_propensity is not None:
         inv_propensity = _check_weights(inv_propensity, truth.shape[1])
-        order = weight_order(inv_propensity)
     n = truth.shape[0]
     # cuts at about equal numbers of predictions (a dense matrix: equal numbers of rows)
     blocks = max(1, min(blocks, predictions.nnz // max(1, min_block_entries)))
     wanted = np.linspace(0, predictions.nnz, blocks + 1)[1:-1]
     cuts = np.unique(np.concatenate(([0], np.searchsorted(predictions.indptr, wanted), [n])))
+    # blocks share one weight order; one block computes it only if a PS statistic asks for it
+    order = weight_order(inv_propensity) if inv_propensity is not None and len(cuts) > 2 else None
 
     def ranker(start: int, end: int) -> Callable[[], RankedTruth]:
         def rank() -> RankedTruth:
