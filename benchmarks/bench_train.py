@@ -98,7 +98,7 @@ def build_recipe(method: str, args, encoder: str) -> tuple[dict, dict]:
     data["training"].update(
         {"epochs": args.epochs, "batch_size": batch, "validation_fraction": 0.0, "warmup_ratio": 0.0}
     )
-    data["training"]["precision"] = args.precision
+    data["training"]["precision"] = "bf16" if args.precision == "bf16-forced" else args.precision
     data["hardware"] = {"devices": args.device}
     data.pop("evaluation", None)
     data.pop("expect", None)
@@ -189,6 +189,10 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
     import numpy as np
     import torch
 
+    from xmcbench.train.precision import cpu_bf16_speedup
+
+    speedup = cpu_bf16_speedup()
+
     from xmcbench.methods import METHODS as REGISTRY
     from xmcbench.methods.base import RunContext
     from xmcbench.metrics import inv_propensity
@@ -218,6 +222,7 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
         torch_threads=torch.get_num_threads(),
         device=ctx.device,
         precision=precision,
+        cpu_bf16_speedup=speedup,
         n_queries=int(np.count_nonzero(np.diff(train.indptr))),
     )
     if cuda:
@@ -297,10 +302,11 @@ def _run(args, home: Path) -> dict:
             results.update(tokenise_times(data))  # also synthesises and prepares the dataset, once
         with tempfile.TemporaryDirectory(prefix=f"run-{method}-") as run_dir:
             command = [sys.executable, __file__, "--child", method, "--recipe", json.dumps(data), "--run-dir", run_dir]
+            env = os.environ.copy()
+            if args.precision == "bf16-forced":  # measure what bf16 costs where xmcbench would not use it
+                env["XMCBENCH_CPU_BF16"] = "on"
             try:
-                done = subprocess.run(
-                    command, capture_output=True, text=True, env=os.environ.copy(), timeout=args.method_timeout
-                )
+                done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.method_timeout)
             except subprocess.TimeoutExpired:  # the child is killed; the other methods still run
                 results["methods"][method] = {"error": [f"timed out after {args.method_timeout} s"], **scaled}
                 _save(args, results)
@@ -367,9 +373,10 @@ def parse_args(argv=None):
     ap.add_argument("--max-length", type=int, default=32)
     ap.add_argument(
         "--precision",
-        choices=("fp32", "bf16", "auto"),
+        choices=("fp32", "bf16", "bf16-forced", "auto"),
         default="fp32",
-        help="bf16: autocast (CUDA, CPUs with bf16 instructions); auto: bf16 on CUDA, fp32 on CPU",
+        help="bf16: autocast (CUDA, CPUs where bf16 is faster); bf16-forced: also on CPUs with bf16 instructions"
+        " where it is not (to measure it); auto: bf16 on CUDA, fp32 on CPU",
     )
     ap.add_argument("--method-timeout", type=float, default=None, help="seconds; a slower method is stopped")
     ap.add_argument("--out", default=None, help="also write the results here, after every method")

@@ -89,22 +89,35 @@ def machine() -> dict:
         "scipy": scipy.__version__,
         "torch": torch.__version__,
     }
+    from xmcbench.search.faiss_loader import import_faiss
+
     for mod in ("faiss", "napkinxc", "xmcbench"):
         try:
-            versions[mod] = getattr(__import__(mod), "__version__", "?")
+            # faiss as the search rows load it: a plain import here would fix its BLAS kernels first
+            versions[mod] = getattr(import_faiss() if mod == "faiss" else __import__(mod), "__version__", "?")
         except ImportError:
             versions[mod] = None
-    cpu = platform.processor() or ""
+    cpu, model, flags = platform.processor() or "", "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            key, value = key.strip(), value.strip()
+            if key == "model name":
+                cpu = value
+            elif key in ("cpu family", "model"):
+                model += f"{key} {value}; "
+            elif key == "flags":
+                flags = set(value.split())
                 break
     except OSError:
         pass
+    # "Intel(R) Xeon(R) Processor" names no generation: the model number and the vector units do
+    isa = sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
     return {
         "cpus": os.cpu_count(),
         "cpu": cpu,
+        "cpu_model": model.strip("; "),
+        "isa": isa,
         "platform": platform.platform(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.is_available(),
@@ -313,6 +326,7 @@ def bench_search(cfg, repeat: int) -> list[dict]:
     import torch
 
     from xmcbench.search import exact_topk, resolve_backend
+    from xmcbench.search.faiss_loader import blas_kernels, import_faiss
 
     n, n_labels, d = cfg["search"]
     rng = np.random.default_rng(0)
@@ -324,7 +338,8 @@ def bench_search(cfg, repeat: int) -> list[dict]:
     t_torch = best_of(lambda: exact_topk(q, keys, 100, device="cpu", backend="torch"), repeat)
     rows = []
     try:
-        import faiss
+        # the same library xmcbench's faiss backend uses, loaded the same way (its BLAS on this CPU's kernels)
+        faiss = import_faiss()
 
         def bare_faiss():
             index = faiss.IndexFlatIP(d)
@@ -335,16 +350,35 @@ def bench_search(cfg, repeat: int) -> list[dict]:
         a, b = exact_topk(q[:200], keys, 100, device="cpu", backend="torch"), exact_topk(q[:200], keys, 100)
         same = bool(np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices))
         gap = float(np.abs(a.data - b.data).max()) if same else float("nan")
+        kernels = ", ".join(f"{lib}: {kernel}" for lib, kernel in blas_kernels().items())
         rows.append(
             row(
                 "search",
                 work + f", default backend ({default}: exact ties, CSR out)",
                 t_x,
-                "bare faiss IndexFlatIP (add + search)",
+                "bare faiss IndexFlatIP (add + search), same library",
                 t_f,
                 target="ratio <= 1 (within noise)",
                 met=bool(t_x <= t_f * 1.05),
-                notes=f"same top-100 labels as the torch backend on 200 queries: {same} (max |score diff| {gap:.1e})",
+                notes=f"same top-100 labels as the torch backend on 200 queries: {same} (max |score diff| {gap:.1e});"
+                f" OpenBLAS kernels: {kernels}",
+            )
+        )
+        try:
+            t_plain, plain_kernel = _faiss_as_installed(n, n_labels, d, repeat)
+            plain_note = f"faiss's OpenBLAS chose {plain_kernel!r} on its own"
+        except subprocess.CalledProcessError as err:  # keep the rows already measured
+            t_plain, plain_note = float("nan"), f"failed: {(err.stderr or '').strip().splitlines()[-1:]}"
+        rows.append(
+            row(
+                "search_vs_faiss_as_installed",
+                work + f", default backend ({default})",
+                t_x,
+                "bare faiss IndexFlatIP, `import faiss` in a fresh process (its BLAS's own kernel choice)",
+                t_plain,
+                target="-",
+                met=None,
+                notes=plain_note,
             )
         )
     except ImportError:
@@ -373,6 +407,42 @@ def bench_search(cfg, repeat: int) -> list[dict]:
         )
     )
     return rows
+
+
+_FAISS_AS_INSTALLED = """
+import json, sys, time
+import numpy as np
+import faiss  # on purpose not through xmcbench's loader: faiss as `import faiss` gives it
+from threadpoolctl import threadpool_info
+n, n_labels, d, repeat = map(int, sys.argv[1:])
+rng = np.random.default_rng(0)
+q = rng.standard_normal((n, d), dtype=np.float32)
+keys = rng.standard_normal((n_labels, d), dtype=np.float32)
+best = float("inf")
+for _ in range(repeat):
+    t = time.perf_counter()
+    index = faiss.IndexFlatIP(d)
+    index.add(keys)
+    index.search(q, 100)
+    best = min(best, time.perf_counter() - t)
+kernel = [i.get("architecture") for i in threadpool_info() if "faiss" in i["filepath"] and i["internal_api"] == "openblas"]
+print(json.dumps({"seconds": best, "kernel": kernel[0] if kernel else None}))
+"""
+
+
+def _faiss_as_installed(n: int, n_labels: int, d: int, repeat: int) -> tuple[float, str | None]:
+    """Bare faiss search time (best of ``repeat``) in a fresh process that imports faiss itself,
+    with no ``OPENBLAS_CORETYPE``: faiss as installed."""
+    env = {k: v for k, v in _child_env().items() if k != "OPENBLAS_CORETYPE"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FAISS_AS_INSTALLED, str(n), str(n_labels), str(d), str(repeat)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(found["seconds"]), found["kernel"]
 
 
 def _cuda_seconds(fn, repeat: int) -> float:
@@ -561,7 +631,7 @@ def bench_train(cfg) -> list[dict]:
     """One row per supervised method (seconds per training step; queries/s and peak memory beside it),
     the same steps under bf16 autocast next to fp32 where the CPU has bf16 instructions, and one
     row for tokenisation against an epoch of training (``benchmarks/bench_train.py``)."""
-    from xmcbench.train.precision import cpu_has_native_bf16
+    from xmcbench.train.precision import cpu_has_bf16_instructions, use_cpu_bf16
 
     t = cfg["train"]
     r = _train_steps(cfg, "fp32")
@@ -594,9 +664,12 @@ def bench_train(cfg) -> list[dict]:
                 method_overrides=m["method_overrides"],
             )
         )
-    if cpu_has_native_bf16():  # elsewhere bf16 recipes run fp32 (xmcbench.train.precision)
+    # Wherever the CPU has bf16 instructions, the bf16 step is measured, used by recipes or not
+    # (xmcbench.train.precision decides by its own matmul probe, reported beside it).
+    if cpu_has_bf16_instructions():
+        used = "yes" if use_cpu_bf16() else "no, fp32 runs instead"
         try:
-            half = _train_steps(cfg, "bf16")
+            half = _train_steps(cfg, "bf16-forced")
         except subprocess.CalledProcessError as err:  # keep the fp32 rows already measured
             half = {"methods": {m: {"error": (err.stderr or "").strip().splitlines()[-1:]} for m in r["methods"]}}
         for method, m in half["methods"].items():
@@ -622,9 +695,12 @@ def bench_train(cfg) -> list[dict]:
                     m["step_s"],
                     "the same step in fp32, same run",
                     fp32["step_s"],
-                    notes=f"{m['queries_per_s']:.0f} queries/s; peak RSS per step {m['peak_step_gb']:.2f} GB",
+                    notes=f"{m['queries_per_s']:.0f} queries/s; peak RSS per step {m['peak_step_gb']:.2f} GB; "
+                    f"bf16 used by recipes here: {used} (matmul probe: bf16 at {m.get('cpu_bf16_speedup') or 0:.2f}x "
+                    "fp32's speed)",
                     queries_per_s=m["queries_per_s"],
                     peak_gb=m["peak_step_gb"],
+                    precision=m.get("precision"),
                 )
             )
     epoch = min(epochs) if epochs else float("nan")

@@ -49,6 +49,7 @@ def test_quick_runner_writes_every_row(tmp_path, capsys, monkeypatch):
         "metrics1m_float32",
         "metrics1m_float64",
         "search",
+        "search_vs_faiss_as_installed",
         "search_torch_vs_matmul",
         "prepare",
         "train_dexml_all",
@@ -68,12 +69,13 @@ def test_quick_runner_writes_every_row(tmp_path, capsys, monkeypatch):
     for name in ("train_dexml_all", "train_unidec"):  # a step took time, memory was read, pools were scaled
         assert train[name]["queries_per_s"] > 0 and train[name]["peak_gb"] > 0.05
     assert train["tokenise"]["tokenise_build_s"] > 0 and train["tokenise"]["peer_s"] > 0
-    from xmcbench.train.precision import cpu_has_native_bf16
+    from xmcbench.train.precision import cpu_has_bf16_instructions
 
-    if cpu_has_native_bf16():  # the bf16 step is measured next to the fp32 one in the same run
+    if cpu_has_bf16_instructions():  # bf16 instructions: the bf16 step is measured beside fp32, used or not
         for name in ("train_dexml_all", "train_unidec"):
             half = train[f"{name}_bf16"]
             assert half["peer_s"] == train[name]["xmcbench_s"] and half["queries_per_s"] > 0
+            assert half["precision"] == "bf16"
     else:
         assert not any(name.endswith("_bf16") for name in train)
     printed = capsys.readouterr().out

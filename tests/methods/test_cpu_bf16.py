@@ -1,4 +1,4 @@
-"""``training.precision: bf16`` on a CPU: autocast where the CPU has bf16 instructions, fp32 (and said so) where not."""
+"""``training.precision: bf16`` on a CPU: autocast where bf16 is faster on the CPU, fp32 (and said so) where not."""
 
 import pytest
 import torch
@@ -28,22 +28,22 @@ def _linear_output_dtypes(monkeypatch) -> set:
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-@pytest.mark.parametrize("native", [True, False])
-def test_bf16_recipe_on_cpu_trains_in_what_it_records(tiny_recipe, tmp_path, monkeypatch, method, native):
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+@pytest.mark.parametrize("faster", [True, False])
+def test_bf16_recipe_on_cpu_trains_in_what_it_records(tiny_recipe, tmp_path, monkeypatch, method, faster):
+    monkeypatch.setattr(precision, "use_cpu_bf16", lambda: faster)
     seen = _linear_output_dtypes(monkeypatch)
     recipe = tiny_recipe(METHODS[method], epochs=1, precision="bf16")
     result = run_recipe(recipe, runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False)
     record = result.record
     assert record["status"] == "finished"
-    assert record["compute"]["precision"] == ("bf16" if native else "fp32")
-    assert seen == ({torch.bfloat16} if native else {torch.float32})
+    assert record["compute"]["precision"] == ("bf16" if faster else "fp32")
+    assert seen == ({torch.bfloat16} if faster else {torch.float32})
     scores = result.scores
     assert scores and all(0 <= v <= 100 for v in scores.values())  # no NaN from bf16
 
 
 def test_auto_stays_fp32_on_a_cpu_even_with_bf16_instructions(tiny_recipe, tmp_path, monkeypatch):
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "use_cpu_bf16", lambda: True)
     seen = _linear_output_dtypes(monkeypatch)
     result = run_recipe(
         tiny_recipe(METHODS["dexml"], epochs=1), runs_dir=tmp_path / "runs", db=tmp_path / "db.duckdb", progress=False
@@ -55,12 +55,12 @@ def test_auto_stays_fp32_on_a_cpu_even_with_bf16_instructions(tiny_recipe, tmp_p
 def test_a_run_resumed_without_bf16_records_both_precisions(tiny_recipe, tmp_path, monkeypatch, interrupt_then_resume):
     from xmcbench.methods.dexml import DexmlMethod
 
-    native = {"now": True}
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native["now"])
+    faster = {"now": True}
+    monkeypatch.setattr(precision, "use_cpu_bf16", lambda: faster["now"])
     real = DexmlMethod._hard_negative_step
 
     def step(self, *args, **kwargs):  # the machine "changes" before the interrupted attempt ends
-        native["now"] = False
+        faster["now"] = False
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(DexmlMethod, "_hard_negative_step", step)

@@ -9,13 +9,16 @@ import scipy.sparse as sp
 from xmcbench.errors import XmcbenchError
 from xmcbench.metrics import top_k
 from xmcbench.search import exact_topk
+from xmcbench.search.faiss_loader import import_faiss
 
 try:
-    import faiss  # noqa: F401
-
+    import_faiss()
+    HAS_FAISS = True
     BACKENDS = ["torch", "faiss"]
 except ImportError:
+    HAS_FAISS = False
     BACKENDS = ["torch", pytest.param("faiss", marks=pytest.mark.skip(reason="faiss is not installed"))]
+needs_faiss = pytest.mark.skipif(not HAS_FAISS, reason="faiss is not installed")
 # bf16 candidates rescored in float32 (the CUDA default), run here on the CPU: small-integer
 # embeddings tie at the candidates' cut in most rows, so the float32 redo is exercised too.
 BACKENDS_BF16 = [*BACKENDS, "torch-bf16"]
@@ -261,8 +264,8 @@ def test_matmul_choices_are_checked():
         exact_topk(q, keys, 2, backend="faiss", matmul="bf16")
 
 
+@needs_faiss
 def test_faiss_backend_agrees():
-    pytest.importorskip("faiss")
     rng = np.random.default_rng(4)
     q = rng.standard_normal((64, 16)).astype(np.float32)  # continuous: no ties
     keys = rng.standard_normal((500, 16)).astype(np.float32)
@@ -277,18 +280,18 @@ def test_faiss_backend_agrees():
     assert c.getnnz(axis=1).tolist() == [500] * 64
 
 
+@needs_faiss
 def test_faiss_integer_ties_are_sorted_by_label():
-    pytest.importorskip("faiss")
     q, keys = _integer_embeddings(5, n=30, n_labels=25)
     got = exact_topk(q, keys, 25, backend="faiss")  # k = L: every label returned, no boundary
     expected = _brute(q, keys, 25)
     assert top_k(got, 25).tolist() == [[j for j, _ in row] for row in expected]
 
 
-@pytest.mark.parametrize("k", [1, 5, 24])
+@needs_faiss
+@pytest.mark.parametrize("k", [1, 5, 24, 59])  # 59: faiss returns all 60 labels, no row is redone
 def test_faiss_ties_across_the_cut_go_to_the_lower_label(k):
     """faiss cuts a tie at the k-th place in an order of its own; xmcbench redoes those rows exactly."""
-    pytest.importorskip("faiss")
     q, keys = _integer_embeddings(9, n=200, n_labels=60, d=4)  # 4-d small integers: most rows tie at the cut
     exclude = sp.csr_matrix((np.random.default_rng(9).random((200, 60)) < 0.1).astype(np.float32))
     for ex in (None, exclude):
@@ -304,12 +307,7 @@ def test_auto_backend_is_faiss_on_cpu_and_torch_without_it(monkeypatch):
 
     assert resolve_backend("torch", "cpu") == "torch" and resolve_backend("faiss", "cuda") == "faiss"
     assert resolve_backend("auto", "cuda") == "torch"  # the GPU matmul: faiss-gpu is an extra
-    has_faiss = True
-    try:
-        import faiss  # noqa: F401
-    except ImportError:
-        has_faiss = False
-    assert resolve_backend("auto", "cpu") == ("faiss" if has_faiss else "torch")
+    assert resolve_backend("auto", "cpu") == ("faiss" if HAS_FAISS else "torch")
     monkeypatch.setitem(__import__("sys").modules, "faiss", None)  # import faiss now raises ImportError
     assert resolve_backend("auto", "cpu") == "torch"
     q, keys = _integer_embeddings(10, n=20, n_labels=30)

@@ -16,6 +16,8 @@ from xmcbench.train.precision import (
     set_rng_state,
 )
 
+_REAL_MM = torch.mm
+
 
 def _draws() -> tuple:
     return random.random(), float(np.random.rand()), torch.rand(3).tolist()
@@ -27,12 +29,12 @@ def test_bf16_autocasts_on_cuda_and_on_a_cpu_with_bf16_instructions(monkeypatch)
     assert autocast_dtype("cuda", "bf16") == torch.bfloat16
     assert autocast_dtype("cuda:1", "fp32") is None
     a, b = torch.randn(4, 4), torch.randn(4, 4)
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(precision, "use_cpu_bf16", lambda: False)
     assert autocast_dtype("cpu", "bf16") is None
     with autocast("cpu", "bf16"):
         assert not torch.is_autocast_enabled("cpu")
         assert (a @ b).dtype == torch.float32
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "use_cpu_bf16", lambda: True)
     assert autocast_dtype("cpu", "bf16") == torch.bfloat16
     assert autocast_dtype("cpu", "fp32") is None
     with autocast("cpu", "bf16"):
@@ -45,16 +47,101 @@ def test_the_run_records_the_precision_it_computes_in(monkeypatch, caplog):
     import xmcbench.train.precision as precision
 
     assert resolve_precision("auto", "cuda:0") == "bf16"
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "use_cpu_bf16", lambda: True)
     assert resolve_precision("auto", "cpu") == "fp32"  # CPU results stay comparable unless a recipe asks
     assert resolve_precision("bf16", "cpu") == "bf16"
     assert resolve_precision("fp32", "cuda") == "fp32"
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(precision, "use_cpu_bf16", lambda: False)
     with caplog.at_level("WARNING"):
         assert resolve_precision("bf16", "cpu") == "fp32"
-    assert "no bf16 instructions" in caplog.text
+    assert "running fp32" in caplog.text
     with pytest.raises(XmcbenchError, match="fp16 needs loss scaling"):
         resolve_precision("fp16", "cpu")
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    """The bf16 probe with a fresh per-process cache, on a CPU that has bf16 instructions."""
+    import xmcbench.train.precision as precision
+
+    speedup = precision.cpu_bf16_speedup  # the cached function (tests may replace the module's name)
+    monkeypatch.delenv(precision.CPU_BF16_ENV, raising=False)
+    monkeypatch.setattr(precision, "cpu_has_bf16_instructions", lambda: True)
+    speedup.cache_clear()
+    yield precision
+    speedup.cache_clear()
+
+
+def _spy_mm(monkeypatch, precision) -> list:
+    outputs = []
+    monkeypatch.setattr(precision.torch, "mm", lambda a, b: outputs.append(_REAL_MM(a, b).dtype) or outputs[-1])
+    return outputs
+
+
+@pytest.mark.parametrize(
+    ("speedup", "used", "why"),
+    [
+        (0.6, False, "ran at 0.60x fp32's speed"),  # Intel without AMX: MKL's fp32 beats oneDNN's bf16
+        (1.19, False, "ran at 1.19x fp32's speed"),
+        (1.6, True, None),  # AMD EPYC with AVX512-BF16
+    ],
+)
+def test_bf16_is_used_on_a_cpu_only_where_it_was_measured_clearly_faster(probe, monkeypatch, speedup, used, why):
+    monkeypatch.setattr(probe, "cpu_bf16_speedup", lambda: speedup)
+    assert probe.use_cpu_bf16() is used
+    assert autocast_dtype("cpu", "bf16") == (torch.bfloat16 if used else None)
+    if why:
+        assert why in probe.cpu_bf16_why_not()
+
+
+def test_without_bf16_instructions_nothing_is_timed_and_bf16_is_never_used(probe, monkeypatch):
+    monkeypatch.setattr(probe, "cpu_has_bf16_instructions", lambda: False)
+    monkeypatch.setattr(probe.torch, "mm", lambda *a: pytest.fail("timed a matmul"))
+    assert probe.cpu_bf16_speedup() is None
+    monkeypatch.setenv(probe.CPU_BF16_ENV, "on")  # on: only where the CPU has the instructions
+    assert probe.use_cpu_bf16() is False
+    assert "no bf16 instructions" in probe.cpu_bf16_why_not()
+
+
+def test_the_environment_overrides_the_probe(probe, monkeypatch):
+    monkeypatch.setattr(probe, "cpu_bf16_speedup", lambda: 0.6)
+    monkeypatch.setenv(probe.CPU_BF16_ENV, "on")
+    assert probe.use_cpu_bf16() is True
+    monkeypatch.setattr(probe, "cpu_bf16_speedup", lambda: 1.6)
+    monkeypatch.setenv(probe.CPU_BF16_ENV, "off")
+    assert probe.use_cpu_bf16() is False and "XMCBENCH_CPU_BF16=off" in probe.cpu_bf16_why_not()
+    monkeypatch.setenv(probe.CPU_BF16_ENV, "sometimes")
+    with pytest.raises(XmcbenchError, match="on, off or auto"):
+        probe.use_cpu_bf16()
+
+
+def test_the_probe_is_measured_once_per_machine_and_kept(probe, monkeypatch):
+    import json
+
+    from xmcbench.paths import cache_dir
+
+    outputs = _spy_mm(monkeypatch, probe)
+    first = probe.cpu_bf16_speedup()
+    assert first > 0 and outputs.count(torch.float32) == outputs.count(torch.bfloat16) == 7
+    kept = json.loads((cache_dir() / "cpu-bf16.json").read_text())
+    assert list(kept.values()) == [first] and "torch" in next(iter(kept))
+    probe.cpu_bf16_speedup.cache_clear()  # a new process on the same machine reads it
+    monkeypatch.setattr(probe.torch, "mm", lambda *a: pytest.fail("measured again"))
+    assert probe.cpu_bf16_speedup() == first
+    (cache_dir() / "cpu-bf16.json").write_text("{damaged")
+    probe.cpu_bf16_speedup.cache_clear()
+    _spy_mm(monkeypatch, probe)
+    assert probe.cpu_bf16_speedup() > 0  # measured again, not an error
+
+
+def test_the_probe_ignores_an_enclosing_autocast_and_leaves_the_seeded_generator(probe, monkeypatch):
+    outputs = _spy_mm(monkeypatch, probe)
+    torch.manual_seed(3)
+    state = torch.get_rng_state()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        probe.cpu_bf16_speedup()
+    assert outputs.count(torch.float32) == 7  # the fp32 product stayed fp32
+    assert torch.equal(torch.get_rng_state(), state)
 
 
 @pytest.mark.gpu

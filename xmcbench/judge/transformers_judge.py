@@ -19,7 +19,8 @@ about half of each prompt.
 
 The model is a folder, a GGUF file or a ``parts:`` spec (``model_files``); bf16 on GPU, and on CPU
 the dtype setting decides (bf16 by default: the measured speed in offline.md), except that bf16 runs
-as fp32 on a CPU without bf16 instructions, where it would be emulated (``judge_dtype``). ``threads`` sets
+as fp32 on a CPU where it is no faster: emulated without bf16 instructions, or slower than fp32's
+kernels (``judge_dtype``). ``threads`` sets
 torch's CPU threads (1 in CI, where cores are shared).
 
 A document is cut, token-exactly, to ``max_doc_tokens`` (the paper: 430) and to whatever the
@@ -46,16 +47,17 @@ _SPELLINGS = ("yes", "Yes", "YES", " yes", " Yes", " YES", "no", "No", "NO", " n
 
 def judge_dtype(device: str, dtype: str):
     """The judge's torch dtype: bf16 on CUDA; on a CPU the setting, except that bf16 runs as fp32 on a
-    CPU without bf16 instructions (AVX512-BF16 or AMX), where torch emulates it: the 0.5B test judge
-    read 16 prompts in 38 s as bf16 and 6.5 s as fp32 on such a CPU (an AMD EPYC without AVX-512)."""
+    CPU where bf16 is not used (``xmcbench.train.precision.use_cpu_bf16``): without bf16
+    instructions torch emulates it (the 0.5B test judge read 16 prompts in 38 s as bf16 and 6.5 s as
+    fp32 on an AMD EPYC without AVX-512), and some CPUs with them multiply fp32 faster still."""
     import torch
 
-    from xmcbench.train.precision import cpu_has_native_bf16
+    from xmcbench.train.precision import cpu_bf16_why_not, use_cpu_bf16
 
     if device.startswith("cuda"):
         return torch.bfloat16
-    if dtype == "bfloat16" and device == "cpu" and not cpu_has_native_bf16():
-        log.info("judge dtype bfloat16: this CPU has no bf16 instructions (AVX512-BF16 or AMX); running float32")
+    if dtype == "bfloat16" and device == "cpu" and not use_cpu_bf16():
+        log.info("judge dtype bfloat16: %s; running float32", cpu_bf16_why_not())
         return torch.float32
     return getattr(torch, dtype)
 

@@ -114,7 +114,7 @@ class TrainingSection(Section):
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     schedule: Literal["linear", "constant", "cosine"] = "linear"
     grad_clip: float | None = Field(default=None, gt=0)  # no paper clips; DEXML's released optimiser does not
-    # auto: bf16 autocast on GPU, fp32 on CPU; bf16: also on a CPU with bf16 instructions (else fp32, logged)
+    # auto: bf16 autocast on GPU, fp32 on CPU; bf16: also on a CPU where bf16 is faster (else fp32, logged)
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     validation_fraction: float = Field(default=0.0, ge=0, lt=1)  # model selection never sees test

@@ -547,7 +547,7 @@ def _execute(recipe: Recipe, live: LiveRecord, progress: bool, dist) -> None:
     walls = dict(record["compute"].get("wall_time_s", {}))
     peaks = {k: record["compute"].get(k) for k in ("peak_host_mem_gb", "peak_gpu_mem_gb")}
     # A run resumed on another machine may compute in another precision (bf16 -> fp32 on a CPU
-    # without bf16 instructions): the record keeps every precision its attempts used.
+    # where bf16 is no faster): the record keeps every precision its attempts used.
     earlier = record["compute"].get("precision")
     history = record["compute"].get("precision_history") or ([earlier] if earlier else [])
     if earlier and earlier != precision:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xmcbench.search.faiss_loader import import_faiss
+
 __all__ = ["MultiScaleSchedule", "kmeans_assign"]
 
 
@@ -71,8 +73,7 @@ class MultiScaleSchedule:
 def kmeans_assign(embeddings: np.ndarray, k: int, seed: int, niter: int = 20) -> np.ndarray:
     """(N,) cluster id of each row of ``embeddings`` (N, d) by faiss K-means (inner-product space
     when rows are normalised: faiss uses L2, which ranks normalised rows the same way)."""
-    import faiss
-
+    faiss = import_faiss()
     x = np.ascontiguousarray(embeddings, dtype=np.float32)
     n = x.shape[0]
     if k >= n:

@@ -1,7 +1,7 @@
 """Shared training machinery: the pieces every method's ``fit`` loop is built from.
 
 - ``optim``: AdamW with decay on weight matrices only, warm-up + decay schedules, clipping;
-- ``precision``: bf16 autocast on CUDA and on CPUs with bf16 instructions, seeding, RNG capture/restore;
+- ``precision``: bf16 autocast on CUDA and on CPUs where bf16 is faster, seeding, RNG capture/restore;
 - ``checkpoint``: atomic checkpoints that resume onto the same trajectory;
 - ``gradcache``: gradient cache for losses over very large label pools;
 - ``distributed``: torchrun/torch.distributed helpers (collectives with gradients, DDP, shards);

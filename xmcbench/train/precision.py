@@ -1,10 +1,15 @@
 """Mixed precision and random-number state.
 
 Precision: ``bf16`` means bfloat16 autocast (weights and optimiser state stay fp32, so no loss
-scaling is needed) on a CUDA device, and on a CPU that multiplies bf16 in hardware (AVX512-BF16
-or AMX: MiniLM's linear layers ran 2.5x and the methods' training steps 1.5-1.6x faster than
-fp32 on one such core, ``python -m benchmarks --only train``). Elsewhere bf16 would be emulated,
-slower than fp32, so there ``bf16`` runs fp32 and the run says so (``resolve_precision``).
+scaling is needed) on a CUDA device, and on a CPU where bf16 runs faster than fp32. Having bf16
+instructions (AVX512-BF16 or AMX) is not enough: on an AMD EPYC with AVX512-BF16 the methods'
+training steps ran 1.5-1.75x faster in bf16, but on a 2-core Intel Emerald Rapids without AMX
+1.3-1.6x slower (``python -m benchmarks --only train``), because torch's fp32 matmul (MKL) takes its
+AVX-512 path on Intel CPUs only, and oneDNN's AVX512-BF16 kernels do not beat it there. So the CPU
+is asked once (``cpu_bf16_speedup``, kept per machine): a MiniLM-sized matmul in both precisions;
+``XMCBENCH_CPU_BF16=on|off`` overrides it (``use_cpu_bf16``). Without bf16 instructions bf16 would
+be emulated, far slower. Where bf16 is not used, ``bf16`` runs fp32 and the run says so
+(``resolve_precision``).
 ``auto`` is bf16 on CUDA and fp32 on any CPU: CPU results stay comparable across machines unless
 a recipe asks for bf16. ``fp16`` is refused: it would need a gradient scaler, and bf16 is
 available wherever fp16 is worth using here.
@@ -19,15 +24,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
+import os
+import platform
 import random
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.fsutil import file_lock, write_json
+from xmcbench.paths import cache_dir
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -42,14 +55,120 @@ def check_precision(precision: str) -> str:
     return precision
 
 
-@functools.cache
-def cpu_has_native_bf16() -> bool:
+# bf16 must be clearly faster to be used: the measured speed-ups were 1.5-1.75x (pays) and
+# 0.55-0.64x (does not), far from this line.
+_BF16_MIN_SPEEDUP = 1.2
+CPU_BF16_ENV = "XMCBENCH_CPU_BF16"  # on | off | auto (default): overrides the probe
+_PROBE_LOCK = threading.Lock()
+
+
+def cpu_has_bf16_instructions() -> bool:
     """Whether this CPU has bf16 matmul instructions (AVX512-BF16 or AMX), as torch detects them."""
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     try:  # private helpers of torch.cpu: absent on other builds and architectures, which then run fp32
         return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
     except Exception:  # noqa: BLE001 - a probe must never stop a run
         return False
+
+
+@functools.cache
+def cpu_bf16_speedup() -> float | None:
+    """fp32 time / bf16 time of a matmul the size of MiniLM's feed-forward layer on this CPU; None
+    when the CPU has no bf16 instructions.
+
+    Measured once per machine and kept in ``$XMCBENCH_HOME/cache/cpu-bf16.json`` (keyed by the CPU
+    and torch's version), so every run, seed, rank and resumed attempt on one machine makes the
+    same choice, whatever the load at the moment; delete the file to measure again.
+    """
+    if not cpu_has_bf16_instructions():
+        return None
+    with _PROBE_LOCK:
+        path = cache_dir() / "cpu-bf16.json"
+        key = _machine_key()
+        try:
+            with file_lock(path.with_suffix(".lock"), what="the bf16 probe"):
+                known = _read_probes(path)
+                if key not in known:
+                    known[key] = _time_bf16_matmul()
+                    write_json(path, known)
+                return float(known[key])
+        except OSError:  # a read-only or full home: measure for this process alone
+            return _time_bf16_matmul()
+
+
+def use_cpu_bf16() -> bool:
+    """Whether bf16 autocast runs on this CPU when asked for: ``XMCBENCH_CPU_BF16=on`` wherever the
+    CPU has bf16 instructions, ``off`` never, else where bf16 measured clearly faster (``cpu_bf16_speedup``)."""
+    choice = os.environ.get(CPU_BF16_ENV, "auto").strip().lower()
+    if choice not in ("on", "off", "auto"):
+        raise XmcbenchError(f"{CPU_BF16_ENV}={choice!r}: use on, off or auto")
+    if choice == "off" or not cpu_has_bf16_instructions():
+        return False
+    if choice == "on":
+        return True
+    speedup = cpu_bf16_speedup()
+    return speedup is not None and speedup >= _BF16_MIN_SPEEDUP
+
+
+def cpu_bf16_why_not() -> str:
+    """Why this CPU runs fp32 where bf16 was asked for (for warnings)."""
+    if not cpu_has_bf16_instructions():
+        return "this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 would be emulated"
+    if os.environ.get(CPU_BF16_ENV, "").strip().lower() == "off":
+        return f"{CPU_BF16_ENV}=off"
+    return (
+        f"a bf16 matmul ran at {cpu_bf16_speedup():.2f}x fp32's speed on this CPU "
+        f"(set {CPU_BF16_ENV}=on to use bf16 anyway)"
+    )
+
+
+def _time_bf16_matmul() -> float:
+    generator = torch.Generator().manual_seed(0)  # never the global generator a run seeds
+    x = torch.randn(512, 384, generator=generator)
+    w = torch.randn(1536, 384, generator=generator)
+
+    def best(a: torch.Tensor, b: torch.Tensor) -> float:
+        times = []
+        for i in range(7):
+            start = time.perf_counter()
+            torch.mm(a, b.T)
+            if i >= 2:  # the first calls pick kernels and fault pages in
+                times.append(time.perf_counter() - start)
+        return min(times)
+
+    # an enclosing autocast would turn the fp32 product into a bf16 one
+    with torch.inference_mode(), torch.autocast("cpu", enabled=False):
+        fp32 = best(x, w)
+        half = best(x.bfloat16(), w.bfloat16())
+    speedup = fp32 / max(half, 1e-9)
+    log.info("bf16 matmul on this CPU: %.2fx the speed of fp32", speedup)
+    return speedup
+
+
+def _machine_key() -> str:
+    """The CPU (model name, family, model, stepping) and torch's version: what the probe's answer depends on."""
+    fields = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            name = name.strip()
+            if name in ("vendor_id", "model name", "cpu family", "model", "stepping") and name not in fields:
+                fields[name] = value.strip()
+            elif not line.strip() and fields:
+                break  # the first CPU's block is enough
+    except OSError:
+        fields["processor"] = platform.processor() or platform.machine()
+    return " | ".join([*fields.values(), f"torch {torch.__version__}"])
+
+
+def _read_probes(path: Path) -> dict:
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):  # none yet, or damaged: measured again
+        return {}
+    if not isinstance(known, dict):
+        return {}
+    return {k: v for k, v in known.items() if isinstance(v, (int, float)) and v > 0}
 
 
 def resolve_precision(requested: str, device: str | torch.device, *, quiet: bool = False) -> str:
@@ -63,7 +182,7 @@ def resolve_precision(requested: str, device: str | torch.device, *, quiet: bool
         return "bf16" if kind == "cuda" else "fp32"
     if requested == "bf16" and autocast_dtype(device, requested) is None:
         if not quiet:
-            what = "this CPU has no bf16 instructions (AVX512-BF16 or AMX)" if kind == "cpu" else f"no bf16 on {kind}"
+            what = cpu_bf16_why_not() if kind == "cpu" else f"no bf16 on {kind}"
             log.warning("precision bf16: %s; running fp32", what)
         return "fp32"
     return check_precision(requested)
@@ -75,7 +194,7 @@ def autocast_dtype(device: str | torch.device, precision: str) -> torch.dtype | 
     if precision != "bf16":
         return None
     kind = torch.device(device).type
-    if kind == "cuda" or (kind == "cpu" and cpu_has_native_bf16()):
+    if kind == "cuda" or (kind == "cpu" and use_cpu_bf16()):
         return torch.bfloat16
     return None
 
