@@ -22,6 +22,8 @@ SYNTH_PARAMS = {"n_labels": 200, "n_train": 1000, "n_test": 250, "seed": 0}
 def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path / "xmcbench-home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # CPU precision decided the same on every machine (no timing probe); tests of the probe unset it
+    monkeypatch.setenv("XMCBENCH_CPU_BF16", "off")
 
 
 @pytest.fixture

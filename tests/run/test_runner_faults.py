@@ -422,6 +422,18 @@ def test_an_encoder_length_with_no_room_for_text_leaves_no_run_behind(tmp_path, 
     assert not runs.exists() or list(runs.iterdir()) == []
 
 
+def test_a_bad_cpu_bf16_setting_leaves_no_run_behind(tmp_path, monkeypatch):
+    from xmcbench.run import load_recipe as load
+
+    path = tmp_path / "b.yaml"
+    path.write_text(RECIPE.format(tag="b", description="", devices="cpu"))
+    monkeypatch.setenv("XMCBENCH_CPU_BF16", "yes please")
+    runs = tmp_path / "runs"
+    with pytest.raises(XmcbenchError, match="XMCBENCH_CPU_BF16='yes please': use on, off or auto"):
+        run_recipe(load(path), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
 def test_a_full_disk_at_the_start_leaves_no_empty_run_folder(tmp_path, monkeypatch):
     import errno
 

@@ -64,12 +64,10 @@ def probe(monkeypatch):
     """The bf16 probe with a fresh per-process cache, on a CPU that has bf16 instructions."""
     import xmcbench.train.precision as precision
 
-    speedup = precision.cpu_bf16_speedup  # the cached function (tests may replace the module's name)
     monkeypatch.delenv(precision.CPU_BF16_ENV, raising=False)
     monkeypatch.setattr(precision, "cpu_has_bf16_instructions", lambda: True)
-    speedup.cache_clear()
-    yield precision
-    speedup.cache_clear()
+    monkeypatch.setattr(precision, "_speedup", None)  # this process has not asked yet
+    return precision
 
 
 def _spy_mm(monkeypatch, precision) -> list:
@@ -123,15 +121,39 @@ def test_the_probe_is_measured_once_per_machine_and_kept(probe, monkeypatch):
     outputs = _spy_mm(monkeypatch, probe)
     first = probe.cpu_bf16_speedup()
     assert first > 0 and outputs.count(torch.float32) == outputs.count(torch.bfloat16) == 7
-    kept = json.loads((cache_dir() / "cpu-bf16.json").read_text())
+    path = cache_dir() / "cpu-bf16.json"
+    kept = json.loads(path.read_text())
     assert list(kept.values()) == [first] and "torch" in next(iter(kept))
-    probe.cpu_bf16_speedup.cache_clear()  # a new process on the same machine reads it
+    monkeypatch.setattr(probe, "_speedup", None)  # a new process on the same machine reads it
     monkeypatch.setattr(probe.torch, "mm", lambda *a: pytest.fail("measured again"))
     assert probe.cpu_bf16_speedup() == first
-    (cache_dir() / "cpu-bf16.json").write_text("{damaged")
-    probe.cpu_bf16_speedup.cache_clear()
-    _spy_mm(monkeypatch, probe)
-    assert probe.cpu_bf16_speedup() > 0  # measured again, not an error
+    for damaged in ("{damaged", '{"KEY": Infinity}'.replace("KEY", next(iter(kept)))):
+        path.write_text(damaged)
+        monkeypatch.setattr(probe, "_speedup", None)
+        outputs = _spy_mm(monkeypatch, probe)
+        again = probe.cpu_bf16_speedup()
+        assert outputs  # measured again, not an error, and written back whole
+        assert json.loads(path.read_text()) == {next(iter(kept)): again}
+
+
+def test_a_read_only_home_still_answers(probe, monkeypatch):
+    import json
+
+    from xmcbench.paths import cache_dir
+
+    cache_dir().mkdir(parents=True)
+    (cache_dir() / "cpu-bf16.json").write_text(json.dumps({probe._machine_key(): 1.5}))
+    monkeypatch.setattr(probe, "file_lock", lambda *a, **k: pytest.fail("took the lock"))
+    assert probe.cpu_bf16_speedup() == 1.5
+    monkeypatch.setattr(probe, "_speedup", None)
+    (cache_dir() / "cpu-bf16.json").unlink()
+
+    def no_lock(*a, **k):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(probe, "file_lock", no_lock)
+    outputs = _spy_mm(monkeypatch, probe)
+    assert probe.cpu_bf16_speedup() > 0 and outputs  # measured for this process alone
 
 
 def test_the_probe_ignores_an_enclosing_autocast_and_leaves_the_seeded_generator(probe, monkeypatch):

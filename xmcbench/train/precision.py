@@ -23,9 +23,9 @@ and tensors.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -62,6 +62,13 @@ CPU_BF16_ENV = "XMCBENCH_CPU_BF16"  # on | off | auto (default): overrides the p
 _PROBE_LOCK = threading.Lock()
 
 
+def check_cpu_bf16_setting() -> None:
+    """Raise an error that says what to use when ``XMCBENCH_CPU_BF16`` holds something else."""
+    choice = os.environ.get(CPU_BF16_ENV, "auto").strip().lower()
+    if choice not in ("on", "off", "auto"):
+        raise XmcbenchError(f"{CPU_BF16_ENV}={choice!r}: use on, off or auto")
+
+
 def cpu_has_bf16_instructions() -> bool:
     """Whether this CPU has bf16 matmul instructions (AVX512-BF16 or AMX), as torch detects them."""
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
@@ -71,37 +78,50 @@ def cpu_has_bf16_instructions() -> bool:
         return False
 
 
-@functools.cache
 def cpu_bf16_speedup() -> float | None:
-    """fp32 time / bf16 time of a matmul the size of MiniLM's feed-forward layer on this CPU; None
-    when the CPU has no bf16 instructions.
+    """fp32 time / bf16 time of a matmul the size of MiniLM's feed-forward layer on one core of
+    this CPU; None when the CPU has no bf16 instructions.
 
     Measured once per machine and kept in ``$XMCBENCH_HOME/cache/cpu-bf16.json`` (keyed by the CPU
     and torch's version), so every run, seed, rank and resumed attempt on one machine makes the
-    same choice, whatever the load at the moment; delete the file to measure again.
+    same choice, whatever the load at the moment; delete the file to measure again. Where the file
+    cannot be written (a read-only or full home, a lock held too long), the answer holds for this
+    process alone.
     """
+    global _speedup
     if not cpu_has_bf16_instructions():
         return None
-    with _PROBE_LOCK:
-        path = cache_dir() / "cpu-bf16.json"
-        key = _machine_key()
-        try:
-            with file_lock(path.with_suffix(".lock"), what="the bf16 probe"):
-                known = _read_probes(path)
-                if key not in known:
-                    known[key] = _time_bf16_matmul()
-                    write_json(path, known)
-                return float(known[key])
-        except OSError:  # a read-only or full home: measure for this process alone
-            return _time_bf16_matmul()
+    with _PROBE_LOCK:  # one measurement per process, whatever the number of threads asking
+        if _speedup is None:
+            _speedup = _kept_or_measured()
+        return _speedup
+
+
+_speedup: float | None = None  # this process's answer (cpu_bf16_speedup)
+
+
+def _kept_or_measured() -> float:
+    path = cache_dir() / "cpu-bf16.json"
+    key = _machine_key()
+    kept = _read_probes(path).get(key)  # read first: a read-only home still has its answer
+    if kept is not None:
+        return kept
+    try:
+        with file_lock(path.with_suffix(".lock"), timeout=60, what="the bf16 probe"):
+            known = _read_probes(path)  # another process may have measured while this one waited
+            if key not in known:
+                known[key] = _time_bf16_matmul()
+                write_json(path, known)
+            return known[key]
+    except (OSError, XmcbenchError):
+        return _time_bf16_matmul()
 
 
 def use_cpu_bf16() -> bool:
     """Whether bf16 autocast runs on this CPU when asked for: ``XMCBENCH_CPU_BF16=on`` wherever the
     CPU has bf16 instructions, ``off`` never, else where bf16 measured clearly faster (``cpu_bf16_speedup``)."""
+    check_cpu_bf16_setting()
     choice = os.environ.get(CPU_BF16_ENV, "auto").strip().lower()
-    if choice not in ("on", "off", "auto"):
-        raise XmcbenchError(f"{CPU_BF16_ENV}={choice!r}: use on, off or auto")
     if choice == "off" or not cpu_has_bf16_instructions():
         return False
     if choice == "on":
@@ -126,21 +146,25 @@ def _time_bf16_matmul() -> float:
     generator = torch.Generator().manual_seed(0)  # never the global generator a run seeds
     x = torch.randn(512, 384, generator=generator)
     w = torch.randn(1536, 384, generator=generator)
+    x_half, w_half = x.bfloat16(), w.bfloat16()
 
-    def best(a: torch.Tensor, b: torch.Tensor) -> float:
-        times = []
-        for i in range(7):
-            start = time.perf_counter()
-            torch.mm(a, b.T)
-            if i >= 2:  # the first calls pick kernels and fault pages in
-                times.append(time.perf_counter() - start)
-        return min(times)
+    def seconds(a: torch.Tensor, b: torch.Tensor) -> float:
+        start = time.perf_counter()
+        torch.mm(a, b.T)
+        return time.perf_counter() - start
 
-    # an enclosing autocast would turn the fp32 product into a bf16 one
-    with torch.inference_mode(), torch.autocast("cpu", enabled=False):
-        fp32 = best(x, w)
-        half = best(x.bfloat16(), w.bfloat16())
-    speedup = fp32 / max(half, 1e-9)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a property of the kernels: one core, whoever else is busy
+    try:
+        # an enclosing autocast would turn the fp32 product into a bf16 one
+        with torch.inference_mode(), torch.autocast("cpu", enabled=False):
+            fp32, half = [], []
+            for i in range(7):  # alternated, so a burst of load slows both alike
+                fp32.append(seconds(x, w))
+                half.append(seconds(x_half, w_half))
+    finally:
+        torch.set_num_threads(threads)
+    speedup = min(fp32[2:]) / max(min(half[2:]), 1e-9)  # the first calls pick kernels and fault pages in
     log.info("bf16 matmul on this CPU: %.2fx the speed of fp32", speedup)
     return speedup
 
@@ -168,7 +192,7 @@ def _read_probes(path: Path) -> dict:
         return {}
     if not isinstance(known, dict):
         return {}
-    return {k: v for k, v in known.items() if isinstance(v, (int, float)) and v > 0}
+    return {k: float(v) for k, v in known.items() if isinstance(v, (int, float)) and math.isfinite(v) and v > 0}
 
 
 def resolve_precision(requested: str, device: str | torch.device, *, quiet: bool = False) -> str:
