@@ -97,26 +97,16 @@ def machine() -> dict:
             versions[mod] = getattr(import_faiss() if mod == "faiss" else __import__(mod), "__version__", "?")
         except ImportError:
             versions[mod] = None
-    cpu, model, flags = platform.processor() or "", "", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key, value = key.strip(), value.strip()
-            if key == "model name":
-                cpu = value
-            elif key in ("cpu family", "model"):
-                model += f"{key} {value}; "
-            elif key == "flags":
-                flags = set(value.split())
-                break
-    except OSError:
-        pass
+    from xmcbench.train.precision import cpu_identity
+
+    found = cpu_identity()
     # "Intel(R) Xeon(R) Processor" names no generation: the model number and the vector units do
+    flags = set(found.get("flags", "").split())
     isa = sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
     return {
         "cpus": os.cpu_count(),
-        "cpu": cpu,
-        "cpu_model": model.strip("; "),
+        "cpu": found.get("model name") or platform.processor() or "",
+        "cpu_model": "; ".join(f"{k} {found[k]}" for k in ("cpu family", "model") if k in found),
         "isa": isa,
         "platform": platform.platform(),
         "torch_threads": torch.get_num_threads(),

@@ -220,10 +220,10 @@ def _db_path(db: str | Path | None, recipe: Recipe) -> Path:
 
 def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
     """What can only be known at run time, checked before the run folder exists."""
-    from xmcbench.train.precision import check_cpu_bf16_setting
+    from xmcbench.train.precision import cpu_bf16_setting
 
     resolve_device(recipe.hardware.devices)
-    check_cpu_bf16_setting()
+    cpu_bf16_setting()  # a bad XMCBENCH_CPU_BF16 is refused before the run folder exists
     _check_synthetic_dataset(recipe)
     _check_encoder_lengths(recipe)
     if db_path.is_dir():

@@ -64,30 +64,27 @@ def import_faiss():
 
 def blas_kernels() -> dict[str, str]:
     """{library file name: kernel} of every OpenBLAS loaded in this process (for benchmark notes)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return {}
-    return {
-        os.path.basename(info["filepath"]): str(info.get("architecture"))
-        for info in threadpool_info()
-        if info.get("internal_api") == "openblas"
-    }
+    return {os.path.basename(info["filepath"]): str(info.get("architecture")) for info in _openblas_infos()}
 
 
 def _numpy_kernel() -> str | None:
     """The kernel numpy's OpenBLAS runs on this CPU, in a name faiss's OpenBLAS knows; None if unknown."""
-    try:
-        import numpy  # noqa: F401  (loads numpy's OpenBLAS, if it is not loaded yet)
-        from threadpoolctl import threadpool_info
+    import numpy  # noqa: F401  (loads numpy's OpenBLAS, if it is not loaded yet)
 
-        infos = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
-    except Exception:  # noqa: BLE001 - threadpoolctl reads libraries through ctypes: never stop an import
-        return None
     # faiss is not loaded yet, so every OpenBLAS here is someone else's; numpy's first
-    infos.sort(key=lambda i: "numpy" not in str(i.get("filepath", "")))
+    infos = sorted(_openblas_infos(), key=lambda i: "numpy" not in str(i.get("filepath", "")))
     for info in infos:
         kernel = _KNOWN_TO_OLDER.get(str(info.get("architecture")))
         if kernel is not None:
             return kernel
     return None
+
+
+def _openblas_infos() -> list[dict]:
+    """threadpoolctl's record of each OpenBLAS loaded here; [] where it cannot tell."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        return [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    except Exception:  # noqa: BLE001 - threadpoolctl reads libraries through ctypes: never stop an import
+        return []

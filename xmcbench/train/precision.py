@@ -23,6 +23,7 @@ and tensors.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -62,13 +63,15 @@ CPU_BF16_ENV = "XMCBENCH_CPU_BF16"  # on | off | auto (default): overrides the p
 _PROBE_LOCK = threading.Lock()
 
 
-def check_cpu_bf16_setting() -> None:
-    """Raise an error that says what to use when ``XMCBENCH_CPU_BF16`` holds something else."""
+def cpu_bf16_setting() -> str:
+    """``XMCBENCH_CPU_BF16``: on, off or auto (unset); anything else is an error that says so."""
     choice = os.environ.get(CPU_BF16_ENV, "auto").strip().lower()
     if choice not in ("on", "off", "auto"):
         raise XmcbenchError(f"{CPU_BF16_ENV}={choice!r}: use on, off or auto")
+    return choice
 
 
+@functools.cache  # autocast asks on every training step
 def cpu_has_bf16_instructions() -> bool:
     """Whether this CPU has bf16 matmul instructions (AVX512-BF16 or AMX), as torch detects them."""
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
@@ -109,19 +112,22 @@ def _kept_or_measured() -> float:
     try:
         with file_lock(path.with_suffix(".lock"), timeout=60, what="the bf16 probe"):
             known = _read_probes(path)  # another process may have measured while this one waited
-            if key not in known:
-                known[key] = _time_bf16_matmul()
+            if key in known:
+                return known[key]
+            known[key] = _time_bf16_matmul()
+            try:
                 write_json(path, known)
+            except OSError:  # a full disk: the answer holds for this process alone
+                pass
             return known[key]
-    except (OSError, XmcbenchError):
+    except (OSError, XmcbenchError):  # no lock (read-only home, or held too long): measured here alone
         return _time_bf16_matmul()
 
 
 def use_cpu_bf16() -> bool:
     """Whether bf16 autocast runs on this CPU when asked for: ``XMCBENCH_CPU_BF16=on`` wherever the
     CPU has bf16 instructions, ``off`` never, else where bf16 measured clearly faster (``cpu_bf16_speedup``)."""
-    check_cpu_bf16_setting()
-    choice = os.environ.get(CPU_BF16_ENV, "auto").strip().lower()
+    choice = cpu_bf16_setting()
     if choice == "off" or not cpu_has_bf16_instructions():
         return False
     if choice == "on":
@@ -134,7 +140,7 @@ def cpu_bf16_why_not() -> str:
     """Why this CPU runs fp32 where bf16 was asked for (for warnings)."""
     if not cpu_has_bf16_instructions():
         return "this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 would be emulated"
-    if os.environ.get(CPU_BF16_ENV, "").strip().lower() == "off":
+    if cpu_bf16_setting() == "off":
         return f"{CPU_BF16_ENV}=off"
     return (
         f"a bf16 matmul ran at {cpu_bf16_speedup():.2f}x fp32's speed on this CPU "
@@ -169,20 +175,28 @@ def _time_bf16_matmul() -> float:
     return speedup
 
 
-def _machine_key() -> str:
-    """The CPU (model name, family, model, stepping) and torch's version: what the probe's answer depends on."""
-    fields = {}
+def cpu_identity() -> dict[str, str]:
+    """The first CPU's vendor_id, model name, cpu family, model, stepping and flags from
+    /proc/cpuinfo; {} where there is no such file (the probe then keys on ``platform``)."""
+    wanted = ("vendor_id", "model name", "cpu family", "model", "stepping", "flags")
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             name, _, value = line.partition(":")
             name = name.strip()
-            if name in ("vendor_id", "model name", "cpu family", "model", "stepping") and name not in fields:
+            if name in wanted and name not in fields:
                 fields[name] = value.strip()
             elif not line.strip() and fields:
                 break  # the first CPU's block is enough
     except OSError:
-        fields["processor"] = platform.processor() or platform.machine()
-    return " | ".join([*fields.values(), f"torch {torch.__version__}"])
+        pass
+    return fields
+
+
+def _machine_key() -> str:
+    """The CPU (model name, family, model, stepping) and torch's version: what the probe's answer depends on."""
+    fields = [v for k, v in cpu_identity().items() if k != "flags"] or [platform.processor() or platform.machine()]
+    return " | ".join([*fields, f"torch {torch.__version__}"])
 
 
 def _read_probes(path: Path) -> dict:
