@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import numpy as np
@@ -138,3 +139,20 @@ def test_errors(files, extra, message):
     result = runner.invoke(app, args)
     assert result.exit_code == 1
     assert message in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("ci", [False, True])
+def test_threads_reach_the_ranking_and_leave_the_scores_alone(files, monkeypatch, ci):
+    module = importlib.import_module("xmcbench.metrics.evaluate")  # the package re-exports a function of that name
+
+    asked, real = [], module.rank_truth_in_blocks
+    monkeypatch.setattr(module, "rank_truth_in_blocks", lambda *a, **kw: asked.append(kw["blocks"]) or real(*a, **kw))
+    d = files["dir"]
+    base = ["evaluate", "-p", str(d / "pred.npz"), "-t", str(d / "tst.txt"), "--format", "json"]
+    base += ["--ci", "--n-boot", "20"] if ci else []
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    one = _json(runner.invoke(app, base))
+    three = _json(runner.invoke(app, [*base, "--threads", "3"]))
+    assert asked == [1, 3] and one == three
+    refused = runner.invoke(app, [*base, "--threads", "0"])
+    assert refused.exit_code == 2 and "--threads" in refused.output

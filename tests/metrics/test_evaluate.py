@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 import subprocess
 import sys
 
@@ -175,12 +174,13 @@ def test_blocks_split_rows_by_predictions_and_cover_every_row(problem):
 
 
 def test_threads_default_to_the_thread_budget_and_bad_values_are_refused(problem, monkeypatch):
-    from xmcbench.metrics.evaluate import default_threads
+    module = importlib.import_module("xmcbench.metrics.evaluate")  # the package re-exports a function of that name
 
+    asked, real = [], module.rank_truth_in_blocks
+    monkeypatch.setattr(module, "rank_truth_in_blocks", lambda *a, **kw: asked.append(kw) or real(*a, **kw))
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert default_threads() == 3
-    monkeypatch.setenv("OMP_NUM_THREADS", "lots")  # not a number: the CPUs this process may use
-    assert default_threads() == len(os.sched_getaffinity(0))
+    evaluate(problem.predictions, problem.truth)
+    assert asked[-1]["blocks"] == 3
     for bad in (0, -2, 1.5, True, "2"):
         with pytest.raises(XmcbenchError, match="threads must be a positive integer"):
             evaluate(problem.predictions, problem.truth, threads=bad)

@@ -88,6 +88,15 @@ def evaluate(
     ci: Annotated[bool, typer.Option("--ci", help="Add 95% bootstrap intervals over queries.")] = False,
     n_boot: Annotated[int, typer.Option("--n-boot", min=1, max=MAX_BOOT, help="Bootstrap replicates for --ci.")] = 1000,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the bootstrap for --ci.")] = 0,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            min=1,
+            help="Rows ranked in this many blocks at once (default: OMP_NUM_THREADS, else the CPUs this "
+            "process may use). The scores are the same bit for bit whatever the number.",
+        ),
+    ] = None,
 ) -> None:
     """Score predictions against ground truth: P@k, nDCG@k, R@k, and PSP@k / PSnDCG@k when training
     labels (or --dataset) give inverse propensities. Values are percentages.
@@ -146,9 +155,12 @@ def evaluate(
 
     try:
         if ci:
-            scores = evaluate_with_ci(pred, true_labels, ks, weights, filter_pairs, n_boot=n_boot, seed=seed)
+            scores = evaluate_with_ci(
+                pred, true_labels, ks, weights, filter_pairs, n_boot=n_boot, seed=seed, threads=threads
+            )
         else:
-            scores = {n: (v,) for n, v in evaluate_scores(pred, true_labels, ks, weights, filter_pairs).items()}
+            scores = evaluate_scores(pred, true_labels, ks, weights, filter_pairs, threads=threads)
+            scores = {n: (v,) for n, v in scores.items()}
     except MemoryError:
         raise XmcbenchError(
             f"out of memory evaluating {true_labels.shape[0]:,} queries x {true_labels.shape[1]:,} labels; "

@@ -16,7 +16,6 @@ plus PSP and PSnDCG when ``inv_propensity`` is given. Results are ordered by fam
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from types import ModuleType
 
 import numpy as np
 
+from xmcbench.cpus import cpu_threads
 from xmcbench.errors import XmcbenchError
 from xmcbench.metrics import bootstrap, ndcg, precision, psndcg, psp, recall
 from xmcbench.metrics.ranking import RankedTruth, rank_truth_in_blocks
@@ -111,23 +111,11 @@ def _name(family: str, k: int) -> str:
 _MIN_BLOCK_ENTRIES = 1 << 20
 
 
-def default_threads() -> int:
-    """Threads an evaluation uses unless told: OMP_NUM_THREADS where set (a sweep sets each run's
-    share of the cores there), else every CPU this process may run on."""
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
 def _components(
     predictions, truth, k, inv_propensity, filter, metrics, threads: int | None = None
 ) -> list[tuple[str, np.ndarray, np.ndarray]]:
     wanted = resolve_metrics(k, metrics, inv_propensity is not None)
-    workers = default_threads() if threads is None else threads
+    workers = cpu_threads() if threads is None else threads
     if not isinstance(workers, (int, np.integer)) or isinstance(workers, bool) or workers < 1:
         raise XmcbenchError(f"threads must be a positive integer; got {threads!r}")
     blocks = rank_truth_in_blocks(
@@ -198,8 +186,8 @@ def evaluate(
         inv_propensity: (L,) inverse propensities; enables PSP and PSnDCG.
         filter: (n, L) (query, label) pairs removed from the predictions before top-k.
         metrics: families and/or single metrics to compute (default: all that apply).
-        threads: rows are ranked in up to this many blocks at once (default: OMP_NUM_THREADS, else
-            every CPU this process may use); inputs under ~2M predictions use one. The values are
+        threads: rows are ranked in up to this many blocks at once (default:
+            ``xmcbench.cpus.cpu_threads()``: OMP_NUM_THREADS, else the CPUs this process may use); inputs under ~2M predictions use one. The values are
             the same bit for bit whatever the number: each row's share depends on that row alone.
     """
     parts = _components(predictions, truth, k, inv_propensity, filter, metrics, threads)

@@ -12,7 +12,6 @@ processes), so a crash, an OOM kill or a stuck run never takes the sweep or the 
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import sys
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xmcbench.cpus import cpu_threads
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import pid_alive
 from xmcbench.recipe import missed_floors
@@ -225,7 +225,5 @@ def log_name(key: str) -> str:
 
 
 def thread_budget(jobs: int) -> int:
-    """CPU threads per run when ``jobs`` runs share this machine (OMP_NUM_THREADS is the total)."""
-    total = os.environ.get("OMP_NUM_THREADS", "")
-    total_n = int(total) if total.isdigit() and int(total) > 0 else os.cpu_count() or 1
-    return max(1, total_n // max(1, jobs))
+    """CPU threads per run when ``jobs`` runs share this machine (``cpus.cpu_threads()`` is the total)."""
+    return max(1, cpu_threads() // max(1, jobs))
