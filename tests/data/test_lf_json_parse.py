@@ -305,3 +305,10 @@ def test_label_indices_of_every_width():
     _same(parse_block(block), _general(block, "title"))
     block = _lines([{"title": "t", "target_ind": widths[:10]}] * 3)  # all within 8 digits
     _same(parse_block(block), _general(block, "title"))
+
+
+@pytest.mark.parametrize("lists", [[[5]], [[12], [3]], [[1, 2]], [[], [7]], [[0, 1, 2, 3]], [[123, 4567890]]])
+def test_label_lists_shorter_than_a_word(lists):
+    """All of a block's label bytes in fewer than 8: the word reads must not leave them."""
+    block = _lines([{"title": "t", "target_ind": ind} for ind in lists], separators=(",", ":"))
+    _same(parse_block(block, n_labels=10**7), _general(block, "title"))

@@ -352,3 +352,58 @@ def test_raw_file_without_records_is_refused(tmp_path, file, what):
     with pytest.raises(DataFormatError, match=rf"{file}: holds no {what}; the file is empty"):
         prepare(_spec(), raw, tmp_path / "p", progress=False)
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("chunks", [[], [[]], [[5]], [[1, 2, 3], [], [7, 2**31 - 1], [0] * 1000]])
+def test_label_indices_written_block_by_block_load_as_one_array(tmp_path, chunks):
+    path = tmp_path / "x.npy"
+    writer = prepared_mod._ArrayWriter(path, np.int32)
+    for chunk in chunks:
+        writer.write(np.array(chunk, dtype=np.int64))
+    expected = np.array([x for chunk in chunks for x in chunk], dtype=np.int32)
+    assert writer.close() == expected.size
+    loaded = np.load(path, mmap_mode="r")
+    assert loaded.dtype == np.int32 and loaded.shape == expected.shape and (loaded == expected).all()
+
+
+def test_rows_checked_block_by_block_agree_with_scipy():
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    cases = [([], []), ([0, 0], []), ([1], [4]), ([2, 0, 1], [3, 4, 0]), ([2, 0, 2], [1, 3, 3, 5])]
+    for _ in range(300):  # small rows and labels: repeats, unsorted rows and empty rows are all common
+        counts = rng.integers(0, 4, rng.integers(1, 6))
+        cases.append((counts.tolist(), rng.integers(0, 6, counts.sum()).tolist()))
+    seen = set()
+    for counts, indices in cases:
+        indptr = np.r_[0, np.cumsum(counts, dtype=np.int64)]
+        matrix = sp.csr_matrix((np.ones(len(indices)), np.array(indices, dtype=np.int32), indptr), (len(counts), 6))
+        got = prepared_mod._rows_canonical(np.array(counts, dtype=np.int64), np.array(indices, dtype=np.int32))
+        assert got == matrix.has_canonical_format, (counts, indices)
+        seen.add(got)
+    assert seen == {True, False}
+
+
+def test_unsorted_and_repeated_labels_anywhere_in_a_large_split_are_merged(tmp_path, monkeypatch):
+    """Blocks after the first hold the only repeat: the statistics count it once, like the matrix."""
+    from xmcbench.data.formats import lf_json
+
+    monkeypatch.setattr(lf_json, "_CHUNK_BYTES", 64)  # a block every few records
+    monkeypatch.setattr(lf_json, "_READ_SIZE", 50)
+    blocks, parse = [], lf_json.parse_block
+    monkeypatch.setattr(lf_json, "parse_block", lambda block, **kw: blocks.append(block) or parse(block, **kw))
+    raw = tmp_path / "raw"
+    rows = [[i % 5, (i + 1) % 5] for i in range(40)] + [[3, 1, 3]]
+    write_lf_json(raw / "trn.json.gz", [{"uid": str(i), "title": f"q{i}", "target_ind": r} for i, r in enumerate(rows)])
+    write_lf_json(raw / "tst.json.gz", [{"uid": "t", "title": "t", "target_ind": [0]}])
+    write_lf_json(raw / "lbl.json.gz", [{"uid": str(j), "title": f"l{j}"} for j in range(5)])
+    ds = load_prepared(prepare(_spec(files=("trn.json.gz", "tst.json.gz", "lbl.json.gz")), raw, tmp_path / "out"))
+    labels = ds.labels("train")
+    assert [sorted(set(r)) for r in rows] == [
+        labels.indices[a:b].tolist() for a, b in zip(labels.indptr, labels.indptr[1:])
+    ]
+    assert ds.meta["counts"]["duplicate_targets_dropped"] == {"train": 1, "test": 0}
+    assert ds.meta["stats"]["train"]["positives"] == labels.nnz == 82
+    assert ds.meta["stats"]["labels_without_train_queries"] == 0
+    train_blocks = [b for b in blocks if b'"title":"q' in b]
+    assert len(train_blocks) > 3 and b"[3,1,3]" not in train_blocks[0]  # the repeat comes in a later block

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import shutil
 import time
@@ -42,7 +43,7 @@ from xmcbench.data.catalog import DatasetSpec
 from xmcbench.data.formats import compose_query_texts, get_format
 from xmcbench.data.formats.xc_sparse import read_filter_file
 from xmcbench.data.raw import MANIFEST_NAME, find_raw_file, manifest_or_empty, raw_files
-from xmcbench.data.stats import dataset_stats
+from xmcbench.data.stats import SplitLabels, dataset_stats
 from xmcbench.data.text_blob import EncodedTexts
 from xmcbench.errors import DataFormatError, XmcbenchError
 
@@ -159,6 +160,56 @@ class _ColumnWriter:
         np.cumsum(lengths, out=offsets[1:])
         np.save(self._folder / f"{self._prefix}.offsets.npy", offsets)
         return lengths
+
+
+class _ArrayWriter:
+    """Appends 1-D chunks to ``path`` (a ``.npy`` file); the header, which holds the length, is
+    written over a reserved one on close.
+
+    A split's label indices go to disk block by block as they are parsed, instead of being kept,
+    joined into one array and saved at the end: at LF-AmazonTitles-1.3M's size that held three
+    180 MB arrays at once, and fresh memory is slow to touch on a virtual machine.
+    """
+
+    def __init__(self, path: Path, dtype):
+        self._path, self._dtype, self._size = Path(path), np.dtype(dtype), 0
+        self._reserved = len(self._header())
+        self._file = open(self._path, "wb")
+        self._file.write(self._header())
+
+    def _header(self) -> bytes:
+        # numpy pads a 1-D header to 128 bytes whatever the length (room to grow), so the final
+        # header fits the reserved one; close() checks it
+        buffer = io.BytesIO()
+        fields = {"descr": np.lib.format.dtype_to_descr(self._dtype), "fortran_order": False, "shape": (self._size,)}
+        np.lib.format.write_array_header_1_0(buffer, fields)
+        return buffer.getvalue()
+
+    def write(self, chunk: np.ndarray) -> None:
+        chunk = np.ascontiguousarray(chunk, dtype=self._dtype)
+        self._file.write(memoryview(chunk).cast("B"))
+        self._size += chunk.size
+
+    def close(self) -> int:
+        """Finish the file; returns the number of items written."""
+        header = self._header()
+        if len(header) != self._reserved:  # pragma: no cover - numpy changed its header layout
+            raise RuntimeError(f"{self._path}: a .npy header of {len(header)} bytes does not fit {self._reserved}")
+        self._file.seek(0)
+        self._file.write(header)
+        self._file.close()
+        return self._size
+
+
+def _rows_canonical(counts: np.ndarray, indices: np.ndarray) -> bool:
+    """Whether every row's label indices (``counts`` per row, back to back) strictly increase: sorted,
+    no label twice, as ``csr_matrix.has_canonical_format``."""
+    if indices.size < 2:
+        return True
+    falls = np.diff(indices) <= 0  # (nnz - 1,): pair i, i+1
+    row_starts = np.cumsum(counts[:-1])  # index of each later row's first label
+    falls[row_starts[(row_starts > 0) & (row_starts < indices.size)] - 1] = False  # pairs across rows
+    return not falls.any()
 
 
 def _save_csr(folder: Path, prefix: str, matrix: sp.csr_matrix) -> None:
@@ -396,18 +447,18 @@ def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = Tr
             n_labels = len(label_lengths)
             if n_labels == 0:  # an empty or cut-off file: nothing could be evaluated on it
                 raise _empty(spec, files, fmt, "labels")
-            matrices, text_lengths, duplicates, filters = {}, {}, {}, {}
+            labels, text_lengths, duplicates, filters = {}, {}, {}, {}
             for split in SPLITS:
-                matrices[split], text_lengths[split], duplicates[split] = _write_split(
+                labels[split], text_lengths[split], duplicates[split] = _write_split(
                     spec, files, split, n_labels, tmp, progress
                 )
-                if matrices[split].shape[0] == 0:
+                if labels[split].n_queries == 0:
                     raise _empty(spec, files, fmt, split)
-                filters[split] = _write_filter(files, split, matrices[split].shape, tmp)
+                filters[split] = _write_filter(files, split, (labels[split].n_queries, n_labels), tmp)
             raw = hashing.result()
         _check_against_manifest(spec, raw_dir, raw)
         stats = dataset_stats(
-            matrices["train"], matrices["test"], text_lengths["train"], text_lengths["test"], label_lengths
+            labels["train"], labels["test"], text_lengths["train"], text_lengths["test"], label_lengths
         )
         fingerprint = hashlib.sha256(
             json.dumps({name: r["sha256"] for name, r in sorted(raw.items())}).encode()
@@ -421,11 +472,11 @@ def prepare(spec: DatasetSpec, raw_dir: Path, out_dir: Path, progress: bool = Tr
             "propensity_a": spec.propensity_a,
             "propensity_b": spec.propensity_b,
             "counts": {
-                "train": matrices["train"].shape[0],
-                "test": matrices["test"].shape[0],
+                "train": labels["train"].n_queries,
+                "test": labels["test"].n_queries,
                 "labels": n_labels,
-                "train_positives": int(matrices["train"].nnz),
-                "test_positives": int(matrices["test"].nnz),
+                "train_positives": labels["train"].positives,
+                "test_positives": labels["test"].positives,
                 "duplicate_targets_dropped": duplicates,
             },
             "paper_counts": dict(spec.paper_counts),
@@ -522,30 +573,41 @@ def _write_labels(spec: DatasetSpec, files: dict[str, Path], tmp: Path, progress
 
 def _write_split(
     spec: DatasetSpec, files: dict[str, Path], split: str, n_labels: int, tmp: Path, progress: bool
-) -> tuple[sp.csr_matrix, np.ndarray, int]:
-    """Write one split's texts, uids and label matrix; returns (labels, text byte lengths, duplicates)."""
+) -> tuple[SplitLabels, np.ndarray, int]:
+    """Write one split's texts, uids and label matrix; returns (its labels' statistics input, text byte
+    lengths, repeated labels dropped).
+
+    The label indices go to disk block by block. Rows are checked as they come: the XC files list
+    each row's labels sorted and once, and then nothing more is done; otherwise the matrix is read
+    back, each row sorted and its repeats merged, and saved again.
+    """
     texts, uids = _ColumnWriter(tmp, f"{split}.text"), _ColumnWriter(tmp, f"{split}.uid")
-    counts, index_chunks = [], []
+    indices = _ArrayWriter(tmp / f"{split}.labels.indices.npy", np.int32)
+    counts, per_label = [], np.zeros(n_labels, dtype=np.int64)
+    canonical = True
     for chunk in get_format(spec.format).read_split(spec, files, split, n_labels, progress):
         texts.write(chunk.texts)
         uids.write(chunk.uids)
-        counts.append(np.asarray(chunk.counts, dtype=np.int64))
-        index_chunks.append(np.asarray(chunk.indices, dtype=np.int32))
+        chunk_counts, chunk_indices = np.asarray(chunk.counts, np.int64), np.asarray(chunk.indices, np.int32)
+        counts.append(chunk_counts)
+        indices.write(chunk_indices)
+        canonical = canonical and _rows_canonical(chunk_counts, chunk_indices)
+        if canonical and chunk_indices.size:
+            per_label += np.bincount(chunk_indices, minlength=n_labels)
+    nnz = indices.close()
     indptr = np.zeros(sum(len(c) for c in counts) + 1, dtype=np.int64)
     if counts:
         np.cumsum(np.concatenate(counts), out=indptr[1:])
-    indices = np.concatenate(index_chunks) if index_chunks else np.empty(0, dtype=np.int32)
-    del index_chunks
     uids.close()
     lengths = texts.close()
-    matrix = sp.csr_matrix(
-        (np.ones(len(indices), dtype=np.float32), indices, indptr), shape=(len(indptr) - 1, n_labels)
-    )
-    before = matrix.nnz
-    if not matrix.has_canonical_format:  # sorts each row and merges repeated label indices
-        matrix.sum_duplicates()
+    np.save(tmp / f"{split}.labels.indptr.npy", indptr)
+    if canonical:
+        return SplitLabels(indptr, per_label), lengths, 0
+    written = np.load(tmp / f"{split}.labels.indices.npy")
+    matrix = sp.csr_matrix((np.ones(nnz, dtype=np.float32), written, indptr), shape=(len(indptr) - 1, n_labels))
+    matrix.sum_duplicates()  # sorts each row and merges repeated label indices
     _save_csr(tmp, f"{split}.labels", matrix)
-    return matrix, lengths, before - matrix.nnz
+    return SplitLabels.of(matrix), lengths, nnz - matrix.nnz
 
 
 def _write_filter(files: dict[str, Path], split: str, shape: tuple[int, int], tmp: Path) -> int | None:

@@ -14,6 +14,8 @@ Pure functions of the label matrices and text lengths:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -40,6 +42,33 @@ def label_counts(labels: sp.csr_matrix, n_labels: int) -> np.ndarray:
     return counts
 
 
+@dataclass(frozen=True)
+class SplitLabels:
+    """What the statistics need of a split's label matrix: its row pointers and positives per label.
+
+    ``prepare`` builds it while it streams a split to disk, without ever holding the matrix.
+    """
+
+    indptr: np.ndarray  # (queries + 1,) int64
+    label_counts: np.ndarray  # (labels,) int64
+
+    @classmethod
+    def of(cls, labels: sp.csr_matrix) -> SplitLabels:
+        return cls(np.asarray(labels.indptr, dtype=np.int64), label_counts(labels, labels.shape[1]))
+
+    @property
+    def n_queries(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def positives(self) -> int:
+        return int(self.indptr[-1])
+
+
+def _split_labels(labels: SplitLabels | sp.csr_matrix) -> SplitLabels:
+    return labels if isinstance(labels, SplitLabels) else SplitLabels.of(sp.csr_matrix(labels))
+
+
 def label_frequency_groups(train_counts: np.ndarray) -> np.ndarray:
     """HEAD (0) / TORSO (1) / TAIL (2) per label from its number of training positives."""
     counts = np.asarray(train_counts)
@@ -49,14 +78,15 @@ def label_frequency_groups(train_counts: np.ndarray) -> np.ndarray:
     return groups
 
 
-def split_stats(labels: sp.csr_matrix, text_lengths: np.ndarray) -> dict:
+def split_stats(labels: SplitLabels | sp.csr_matrix, text_lengths: np.ndarray) -> dict:
     """Statistics of one split: ``labels`` (n_queries, n_labels), ``text_lengths`` bytes per query text."""
-    per_query = np.diff(np.asarray(labels.indptr))
-    n = labels.shape[0]
+    labels = _split_labels(labels)
+    per_query = np.diff(labels.indptr)
+    n, positives = labels.n_queries, labels.positives
     return {
         "queries": int(n),
-        "positives": int(labels.nnz),
-        "avg_labels_per_query": float(labels.nnz / n) if n else 0.0,
+        "positives": positives,
+        "avg_labels_per_query": float(positives / n) if n else 0.0,
         "max_labels_per_query": int(per_query.max()) if n else 0,
         "empty_rows": int(np.count_nonzero(per_query == 0)),
         "empty_texts": int(np.count_nonzero(np.asarray(text_lengths) == 0)),
@@ -64,22 +94,24 @@ def split_stats(labels: sp.csr_matrix, text_lengths: np.ndarray) -> dict:
 
 
 def dataset_stats(
-    train: sp.csr_matrix,
-    test: sp.csr_matrix,
+    train: SplitLabels | sp.csr_matrix,
+    test: SplitLabels | sp.csr_matrix,
     train_text_lengths: np.ndarray,
     test_text_lengths: np.ndarray,
     label_text_lengths: np.ndarray,
 ) -> dict:
     """All statistics of a dataset as a JSON-ready dict (see module docstring)."""
-    n_labels = train.shape[1]
-    train_counts = label_counts(train, n_labels)
-    test_counts = label_counts(test, n_labels)
+    train, test = _split_labels(train), _split_labels(test)
+    train_counts, test_counts = train.label_counts, test.label_counts
+    n_labels = len(train_counts)
+    if len(test_counts) != n_labels:
+        raise ValueError(f"train and test have {n_labels} and {len(test_counts)} labels; they must share one label set")
     groups = label_frequency_groups(train_counts)
     return {
         "labels": int(n_labels),
         "train": split_stats(train, train_text_lengths),
         "test": split_stats(test, test_text_lengths),
-        "avg_queries_per_label": float(train.nnz / n_labels) if n_labels else 0.0,
+        "avg_queries_per_label": float(train.positives / n_labels) if n_labels else 0.0,
         "label_groups": {
             "head": int(np.count_nonzero(groups == HEAD)),
             "torso": int(np.count_nonzero(groups == TORSO)),

@@ -377,19 +377,26 @@ def _repeats_one_number(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
     return rows.tobytes() == (token + sep) * len(rows)  # one memcmp
 
 
-_ASCII_DIGITS = np.uint64(0x0F0F0F0F0F0F0F0F)
+_ASCII_DIGITS = 0x0F0F0F0F0F0F0F0F
+# _KEEP[w]: the digit bits of a word's top w bytes (a run of w digits ending at the word's end)
+_KEEP = np.array([_ASCII_DIGITS & ~((1 << (8 * (8 - w))) - 1) for w in range(9)], dtype=np.uint64)
 
 
 def _eight_digit_values(sub: np.ndarray, ends: np.ndarray, widths: np.ndarray) -> np.ndarray:
     """Values of the checked digit runs ``sub[ends - widths : ends]`` (widths 1..8), 8 digits per step.
 
-    Each run's 8 bytes ending at its end are read as one little-endian word; the bytes before the
-    run are zeroed (leading zeros) and three multiply-shift steps fold digit pairs, then quads, then
-    the eight (the first digit sits in the lowest byte, so each step weights the lower half by 10^k).
+    Each run's 8 bytes ending at its end are read as one little-endian word (``ends`` ascending;
+    the few runs ending within the first 8 bytes read the first word, shifted up); the bytes before
+    the run are cleared (leading zeros) with the ASCII bits, and three multiply-shift steps fold
+    digit pairs, then quads, then the eight (the first digit sits in the lowest byte, so each step
+    weights the lower half by 10^k).
     """
-    w = _words(np.concatenate((np.zeros(8, dtype=np.uint8), sub)))[ends]  # the 8 bytes before each end
-    drop = (8 * (8 - widths)).astype(np.uint64)
-    w = (w >> drop << drop) & _ASCII_DIGITS  # (items,) one digit per byte
+    if sub.size < 8:
+        sub, ends = np.concatenate((np.zeros(8, dtype=np.uint8), sub)), ends + 8
+    w = _words(sub)[np.maximum(ends - 8, 0)]  # (items,) uint64
+    early = int(np.searchsorted(ends, 8))  # runs that end within the first word
+    w[:early] <<= (8 * (8 - ends[:early])).astype(np.uint64)
+    w &= _KEEP[widths]  # one digit per byte, zeros before the run
     w = (w * np.uint64(10 * 256 + 1)) >> np.uint64(8)
     w = ((w & np.uint64(0x00FF00FF00FF00FF)) * np.uint64(100 * 65536 + 1)) >> np.uint64(16)
     w = ((w & np.uint64(0x0000FFFF0000FFFF)) * np.uint64(10000 * (1 << 32) + 1)) >> np.uint64(32)
