@@ -138,23 +138,36 @@ class TextColumn:
         return np.diff(np.asarray(self._offsets))
 
 
-class _ColumnWriter:
+class _FileWriter:
+    """A writer of one open file, used in a ``with``: however the block ends (a parse error, a full
+    disk), the file is closed, so removing the unfinished cache folder gives its space back."""
+
+    _file: io.BufferedWriter
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()  # a no-op after close()
+
+
+class _ColumnWriter(_FileWriter):
     """Appends texts to ``<prefix>.bin`` and writes ``<prefix>.offsets.npy`` on close."""
 
     def __init__(self, folder: Path, prefix: str):
         self._folder = Path(folder)
         self._prefix = prefix
-        self._blob = open(self._folder / f"{prefix}.bin", "wb")
+        self._file = open(self._folder / f"{prefix}.bin", "wb")
         self._lengths: list[np.ndarray] = []
 
     def write(self, texts: list[str] | EncodedTexts) -> None:
         encoded = texts if isinstance(texts, EncodedTexts) else EncodedTexts.from_strings(texts)
         self._lengths.append(np.asarray(encoded.lengths, dtype=np.int64))
-        self._blob.write(encoded.data)
+        self._file.write(encoded.data)
 
     def close(self) -> np.ndarray:
         """Finish the column; returns the byte length of every text."""
-        self._blob.close()
+        self._file.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, dtype=np.int64)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -162,7 +175,7 @@ class _ColumnWriter:
         return lengths
 
 
-class _ArrayWriter:
+class _ArrayWriter(_FileWriter):
     """Appends 1-D chunks to ``path`` (a ``.npy`` file); the header, which holds the length, is
     written over a reserved one on close.
 
@@ -563,12 +576,12 @@ def _check_against_manifest(spec: DatasetSpec, raw_dir: Path, raw: dict[str, dic
 
 def _write_labels(spec: DatasetSpec, files: dict[str, Path], tmp: Path, progress: bool) -> np.ndarray:
     """Write the label text and uid columns; returns the byte length of every label text."""
-    texts, uids = _ColumnWriter(tmp, "labels.text"), _ColumnWriter(tmp, "labels.uid")
-    for label_texts, label_uids in get_format(spec.format).read_labels(spec, files, progress):
-        texts.write(label_texts)
-        uids.write(label_uids)
-    uids.close()
-    return texts.close()
+    with _ColumnWriter(tmp, "labels.text") as texts, _ColumnWriter(tmp, "labels.uid") as uids:
+        for label_texts, label_uids in get_format(spec.format).read_labels(spec, files, progress):
+            texts.write(label_texts)
+            uids.write(label_uids)
+        uids.close()
+        return texts.close()
 
 
 def _write_split(
@@ -581,25 +594,28 @@ def _write_split(
     each row's labels sorted and once, and then nothing more is done; otherwise the matrix is read
     back, each row sorted and its repeats merged, and saved again.
     """
-    texts, uids = _ColumnWriter(tmp, f"{split}.text"), _ColumnWriter(tmp, f"{split}.uid")
-    indices = _ArrayWriter(tmp / f"{split}.labels.indices.npy", np.int32)
     counts, per_label = [], np.zeros(n_labels, dtype=np.int64)
     canonical = True
-    for chunk in get_format(spec.format).read_split(spec, files, split, n_labels, progress):
-        texts.write(chunk.texts)
-        uids.write(chunk.uids)
-        chunk_counts, chunk_indices = np.asarray(chunk.counts, np.int64), np.asarray(chunk.indices, np.int32)
-        counts.append(chunk_counts)
-        indices.write(chunk_indices)
-        canonical = canonical and _rows_canonical(chunk_counts, chunk_indices)
-        if canonical and chunk_indices.size:
-            per_label += np.bincount(chunk_indices, minlength=n_labels)
-    nnz = indices.close()
+    with (
+        _ColumnWriter(tmp, f"{split}.text") as texts,
+        _ColumnWriter(tmp, f"{split}.uid") as uids,
+        _ArrayWriter(tmp / f"{split}.labels.indices.npy", np.int32) as indices,
+    ):
+        for chunk in get_format(spec.format).read_split(spec, files, split, n_labels, progress):
+            texts.write(chunk.texts)
+            uids.write(chunk.uids)
+            chunk_counts, chunk_indices = np.asarray(chunk.counts, np.int64), np.asarray(chunk.indices, np.int32)
+            counts.append(chunk_counts)
+            indices.write(chunk_indices)
+            canonical = canonical and _rows_canonical(chunk_counts, chunk_indices)
+            if canonical:  # add.at, not bincount: that makes and adds an n_labels array every block
+                np.add.at(per_label, chunk_indices, 1)
+        nnz = indices.close()
+        uids.close()
+        lengths = texts.close()
     indptr = np.zeros(sum(len(c) for c in counts) + 1, dtype=np.int64)
     if counts:
         np.cumsum(np.concatenate(counts), out=indptr[1:])
-    uids.close()
-    lengths = texts.close()
     np.save(tmp / f"{split}.labels.indptr.npy", indptr)
     if canonical:
         return SplitLabels(indptr, per_label), lengths, 0

@@ -187,8 +187,9 @@ def evaluate(
         filter: (n, L) (query, label) pairs removed from the predictions before top-k.
         metrics: families and/or single metrics to compute (default: all that apply).
         threads: rows are ranked in up to this many blocks at once (default:
-            ``xmcbench.cpus.cpu_threads()``: OMP_NUM_THREADS, else the CPUs this process may use); inputs under ~2M predictions use one. The values are
-            the same bit for bit whatever the number: each row's share depends on that row alone.
+            ``xmcbench.cpus.cpu_threads()``: OMP_NUM_THREADS, else the CPUs this process may use);
+            inputs under ~2M predictions use one. The values are the same bit for bit whatever the
+            number: each row's share depends on that row alone.
     """
     parts = _components(predictions, truth, k, inv_propensity, filter, metrics, threads)
     return {name: float(bootstrap.ratio(num.sum(), den.sum())) * 100.0 for name, num, den in parts}
