@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
         "the longest first, by this file until the host has run the recipe (python -m benchmarks.recipe_timings)",
         "measured": {
             "at": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": _cpu_name(),
             "platform": platform.platform(),
         },
         "seconds": dict(sorted({**earlier, **seconds}.items())),
@@ -66,6 +66,16 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{s:8.1f} s  {name}")
     print(f"saved {out}")
     return result
+
+
+def _cpu_name() -> str:
+    """The CPU the seconds are from, e.g. "Intel(R) Xeon(R) Processor (family 6 model 207)"."""
+    from xmcbench.train.precision import cpu_identity
+
+    cpu = cpu_identity()
+    if "model name" not in cpu:
+        return platform.processor() or platform.machine()
+    return f"{cpu['model name']} (family {cpu.get('cpu family', '?')} model {cpu.get('model', '?')})"
 
 
 if __name__ == "__main__":
