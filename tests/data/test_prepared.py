@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -330,11 +331,11 @@ def test_a_full_disk_mid_split_leaves_no_file_open(tmp_path, monkeypatch, split)
     real = lf_json.FORMAT.read_split
 
     def read_split(spec, files, which, n_labels, progress):
-        chunks = real(spec, files, which, n_labels, progress)
-        yield next(chunks)
-        if which == split:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        yield from chunks
+        with contextlib.closing(real(spec, files, which, n_labels, progress)) as chunks:
+            yield next(chunks)
+            if which == split:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            yield from chunks
 
     failing = dataclasses.replace(lf_json.FORMAT, read_split=read_split)
     monkeypatch.setattr(prepared_mod, "get_format", lambda name: failing)
@@ -404,7 +405,7 @@ def test_label_indices_written_block_by_block_load_as_one_array(tmp_path, chunks
     assert loaded.dtype == np.int32 and loaded.shape == expected.shape and (loaded == expected).all()
 
 
-def test_rows_checked_block_by_block_agree_with_scipy():
+def test_rows_checked_and_merged_block_by_block_agree_with_scipy():
     import scipy.sparse as sp
 
     rng = np.random.default_rng(0)
@@ -419,6 +420,11 @@ def test_rows_checked_block_by_block_agree_with_scipy():
         got = prepared_mod._rows_canonical(np.array(counts, dtype=np.int64), np.array(indices, dtype=np.int32))
         assert got == matrix.has_canonical_format, (counts, indices)
         seen.add(got)
+        merged_counts, merged = prepared_mod._canonical_rows(np.array(counts, np.int64), np.array(indices, np.int32), 6)
+        rows = np.split(np.array(indices, dtype=np.int64), np.cumsum(counts)[:-1]) if counts else []
+        assert merged_counts.dtype == np.int64 and merged.dtype == np.int32
+        assert merged_counts.tolist() == [len(set(r.tolist())) for r in rows]
+        assert merged.tolist() == [x for r in rows for x in sorted(set(r.tolist()))]
     assert seen == {True, False}
 
 

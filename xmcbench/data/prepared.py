@@ -24,6 +24,7 @@ LF-AmazonTitles-1.3M's size takes milliseconds; texts are decoded only when aske
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import io
@@ -140,7 +141,12 @@ class TextColumn:
 
 class _FileWriter:
     """A writer of one open file, used in a ``with``: however the block ends (a parse error, a full
-    disk), the file is closed, so removing the unfinished cache folder gives its space back."""
+    disk), the file is closed, so removing the unfinished cache folder gives its space back.
+
+    The readers feeding them are closed in the same ``with`` (``contextlib.closing``): a reader left
+    suspended would be finalised by a later garbage collection, in whatever thread it runs, and its
+    finalisation joins the reader's threads (which can deadlock inside a starting thread).
+    """
 
     _file: io.BufferedWriter
 
@@ -223,6 +229,21 @@ def _rows_canonical(counts: np.ndarray, indices: np.ndarray) -> bool:
     row_starts = np.cumsum(counts[:-1])  # index of each later row's first label
     falls[row_starts[(row_starts > 0) & (row_starts < indices.size)] - 1] = False  # pairs across rows
     return not falls.any()
+
+
+def _canonical_rows(counts: np.ndarray, indices: np.ndarray, n_labels: int) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, indices) of the same rows, each sorted with every label once (``sum_duplicates``).
+
+    The XC files list each row's labels sorted and once, so this is mostly one check; a block
+    that fails it is merged on its own, as it comes.
+    """
+    if _rows_canonical(counts, indices):
+        return counts, indices
+    indptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    rows = sp.csr_matrix((np.ones(indices.size, dtype=np.float32), indices, indptr), shape=(len(counts), n_labels))
+    rows.sum_duplicates()
+    return np.diff(rows.indptr).astype(np.int64), rows.indices.astype(np.int32)
 
 
 def _save_csr(folder: Path, prefix: str, matrix: sp.csr_matrix) -> None:
@@ -576,8 +597,12 @@ def _check_against_manifest(spec: DatasetSpec, raw_dir: Path, raw: dict[str, dic
 
 def _write_labels(spec: DatasetSpec, files: dict[str, Path], tmp: Path, progress: bool) -> np.ndarray:
     """Write the label text and uid columns; returns the byte length of every label text."""
-    with _ColumnWriter(tmp, "labels.text") as texts, _ColumnWriter(tmp, "labels.uid") as uids:
-        for label_texts, label_uids in get_format(spec.format).read_labels(spec, files, progress):
+    with (
+        _ColumnWriter(tmp, "labels.text") as texts,
+        _ColumnWriter(tmp, "labels.uid") as uids,
+        contextlib.closing(get_format(spec.format).read_labels(spec, files, progress)) as blocks,
+    ):
+        for label_texts, label_uids in blocks:
             texts.write(label_texts)
             uids.write(label_uids)
         uids.close()
@@ -590,40 +615,33 @@ def _write_split(
     """Write one split's texts, uids and label matrix; returns (its labels' statistics input, text byte
     lengths, repeated labels dropped).
 
-    The label indices go to disk block by block. Rows are checked as they come: the XC files list
-    each row's labels sorted and once, and then nothing more is done; otherwise the matrix is read
-    back, each row sorted and its repeats merged, and saved again.
+    Block by block, as they are parsed: each row's labels sorted with repeats merged (where they
+    are not already), written to disk, and counted per label for the statistics.
     """
-    counts, per_label = [], np.zeros(n_labels, dtype=np.int64)
-    canonical = True
+    counts, per_label, dropped = [], np.zeros(n_labels, dtype=np.int64), 0
     with (
         _ColumnWriter(tmp, f"{split}.text") as texts,
         _ColumnWriter(tmp, f"{split}.uid") as uids,
         _ArrayWriter(tmp / f"{split}.labels.indices.npy", np.int32) as indices,
+        contextlib.closing(get_format(spec.format).read_split(spec, files, split, n_labels, progress)) as chunks,
     ):
-        for chunk in get_format(spec.format).read_split(spec, files, split, n_labels, progress):
+        for chunk in chunks:
             texts.write(chunk.texts)
             uids.write(chunk.uids)
-            chunk_counts, chunk_indices = np.asarray(chunk.counts, np.int64), np.asarray(chunk.indices, np.int32)
-            counts.append(chunk_counts)
-            indices.write(chunk_indices)
-            canonical = canonical and _rows_canonical(chunk_counts, chunk_indices)
-            if canonical:  # add.at, not bincount: that makes and adds an n_labels array every block
-                np.add.at(per_label, chunk_indices, 1)
-        nnz = indices.close()
+            given = np.asarray(chunk.indices, np.int32)
+            rows, labels = _canonical_rows(np.asarray(chunk.counts, np.int64), given, n_labels)
+            dropped += given.size - labels.size
+            counts.append(rows)
+            indices.write(labels)
+            np.add.at(per_label, labels, 1)  # not bincount: that makes and adds an n_labels array every block
+        indices.close()
         uids.close()
         lengths = texts.close()
     indptr = np.zeros(sum(len(c) for c in counts) + 1, dtype=np.int64)
     if counts:
         np.cumsum(np.concatenate(counts), out=indptr[1:])
     np.save(tmp / f"{split}.labels.indptr.npy", indptr)
-    if canonical:
-        return SplitLabels(indptr, per_label), lengths, 0
-    written = np.load(tmp / f"{split}.labels.indices.npy")
-    matrix = sp.csr_matrix((np.ones(nnz, dtype=np.float32), written, indptr), shape=(len(indptr) - 1, n_labels))
-    matrix.sum_duplicates()  # sorts each row and merges repeated label indices
-    _save_csr(tmp, f"{split}.labels", matrix)
-    return SplitLabels.of(matrix), lengths, nnz - matrix.nnz
+    return SplitLabels(indptr, per_label), lengths, dropped
 
 
 def _write_filter(files: dict[str, Path], split: str, shape: tuple[int, int], tmp: Path) -> int | None:
