@@ -347,6 +347,47 @@ def test_a_full_disk_mid_split_leaves_no_file_open(tmp_path, monkeypatch, split)
     assert not [f for f in _open_paths() if str(tmp_path) in f]
 
 
+def test_a_write_failing_mid_split_joins_the_reader_threads_there(tmp_path, monkeypatch):
+    import threading
+
+    from xmcbench.data.formats import lf_json
+
+    monkeypatch.setattr(lf_json, "_CHUNK_BYTES", 64)  # a block per record or two
+    monkeypatch.setattr(lf_json, "_READ_SIZE", 50)
+    raw = _tiny_raw(tmp_path / "raw")
+    train_writes, real_write = [], prepared_mod._ColumnWriter.write
+
+    def write(self, texts):
+        if self._prefix == "train.text":
+            train_writes.append(texts)
+            if len(train_writes) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(self, texts)
+
+    monkeypatch.setattr(prepared_mod._ColumnWriter, "write", write)
+    before = threading.active_count()
+    with pytest.raises(XmcbenchError, match="disk full while preparing tiny") as caught:
+        prepare(_spec(), raw, tmp_path / "tiny" / "prepared", progress=False)
+    assert caught.value.__context__ is not None  # held, with the frames that were reading
+    assert threading.active_count() == before  # the parser pool and the decompressor are gone
+
+
+def test_a_format_may_hand_out_any_iterator(tmp_path, monkeypatch):
+    from xmcbench.data.formats import lf_json
+
+    raw = _tiny_raw(tmp_path / "raw")
+    expected = load_prepared(prepare(_spec(), raw, tmp_path / "a", progress=False))
+
+    def read_split(*args):
+        return iter(list(lf_json.FORMAT.read_split(*args)))  # no close()
+
+    listed = dataclasses.replace(lf_json.FORMAT, read_split=read_split)
+    monkeypatch.setattr(prepared_mod, "get_format", lambda name: listed)
+    got = load_prepared(prepare(_spec(), raw, tmp_path / "b", progress=False))
+    assert (got.labels("train") != expected.labels("train")).nnz == 0
+    assert got.query_texts("test").to_list() == expected.query_texts("test").to_list()
+
+
 def _open_paths() -> list[str]:
     paths = []
     for fd in os.listdir("/proc/self/fd"):

@@ -143,9 +143,10 @@ class _FileWriter:
     """A writer of one open file, used in a ``with``: however the block ends (a parse error, a full
     disk), the file is closed, so removing the unfinished cache folder gives its space back.
 
-    The readers feeding them are closed in the same ``with`` (``contextlib.closing``): a reader left
-    suspended would be finalised by a later garbage collection, in whatever thread it runs, and its
-    finalisation joins the reader's threads (which can deadlock inside a starting thread).
+    The reader feeding them is closed first in the same ``with`` (``_closed_after``), so its parser
+    and decompressor threads are joined there and then. A suspended reader kept alive elsewhere (a
+    traceback held by the caller) would otherwise be finalised by a later garbage collection, in
+    whatever thread that runs, joining threads there: a test that kept one that way hung.
     """
 
     _file: io.BufferedWriter
@@ -218,6 +219,11 @@ class _ArrayWriter(_FileWriter):
         self._file.write(header)
         self._file.close()
         return self._size
+
+
+def _closed_after(items):
+    """``items`` for a ``with``: closed at its end where it can be (a generator), else left as it is."""
+    return contextlib.closing(items) if hasattr(items, "close") else contextlib.nullcontext(items)
 
 
 def _rows_canonical(counts: np.ndarray, indices: np.ndarray) -> bool:
@@ -600,7 +606,7 @@ def _write_labels(spec: DatasetSpec, files: dict[str, Path], tmp: Path, progress
     with (
         _ColumnWriter(tmp, "labels.text") as texts,
         _ColumnWriter(tmp, "labels.uid") as uids,
-        contextlib.closing(get_format(spec.format).read_labels(spec, files, progress)) as blocks,
+        _closed_after(get_format(spec.format).read_labels(spec, files, progress)) as blocks,
     ):
         for label_texts, label_uids in blocks:
             texts.write(label_texts)
@@ -623,7 +629,7 @@ def _write_split(
         _ColumnWriter(tmp, f"{split}.text") as texts,
         _ColumnWriter(tmp, f"{split}.uid") as uids,
         _ArrayWriter(tmp / f"{split}.labels.indices.npy", np.int32) as indices,
-        contextlib.closing(get_format(spec.format).read_split(spec, files, split, n_labels, progress)) as chunks,
+        _closed_after(get_format(spec.format).read_split(spec, files, split, n_labels, progress)) as chunks,
     ):
         for chunk in chunks:
             texts.write(chunk.texts)
