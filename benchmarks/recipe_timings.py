@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _cpu_name() -> str:
     """The CPU the seconds are from, e.g. "Intel(R) Xeon(R) Processor (family 6 model 207)"."""
-    from xmcbench.train.precision import cpu_identity
+    from xmcbench.cpus import cpu_identity
 
     cpu = cpu_identity()
     if "model name" not in cpu:

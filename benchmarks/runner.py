@@ -97,7 +97,7 @@ def machine() -> dict:
             versions[mod] = getattr(import_faiss() if mod == "faiss" else __import__(mod), "__version__", "?")
         except ImportError:
             versions[mod] = None
-    from xmcbench.train.precision import cpu_identity
+    from xmcbench.cpus import cpu_identity
 
     found = cpu_identity()
     # "Intel(R) Xeon(R) Processor" names no generation: the model number and the vector units do

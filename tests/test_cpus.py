@@ -71,3 +71,21 @@ def test_a_sweep_splits_the_same_budget_between_its_jobs(cgroups, monkeypatch):
     assert [thread_budget(jobs) for jobs in (1, 2, 3)] == [4, 2, 1]
     monkeypatch.setenv("OMP_NUM_THREADS", "6")
     assert [thread_budget(jobs) for jobs in (1, 2, 4)] == [6, 3, 1]
+
+
+def test_cpu_identity_reads_the_first_cpu_of_cpuinfo(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    first = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n"
+    first += "model name\t: Intel(R) Xeon(R) Processor\nstepping\t: 2\nflags\t\t: fpu avx2 avx512_bf16\n"
+    cpuinfo.write_text(first + "\nprocessor\t: 1\nmodel name\t: Another CPU\nmodel\t\t: 1\n")
+    monkeypatch.setattr(cpus, "_PROC_CPUINFO", cpuinfo)
+    assert cpus.cpu_identity() == {
+        "vendor_id": "GenuineIntel",
+        "cpu family": "6",
+        "model": "207",
+        "model name": "Intel(R) Xeon(R) Processor",
+        "stepping": "2",
+        "flags": "fpu avx2 avx512_bf16",
+    }
+    monkeypatch.setattr(cpus, "_PROC_CPUINFO", tmp_path / "absent")
+    assert cpus.cpu_identity() == {}

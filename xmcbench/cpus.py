@@ -1,4 +1,5 @@
-"""How many CPU threads xmcbench's own work may use: one answer for every part that asks.
+"""This machine's CPUs: how many threads xmcbench's own work may use (one answer for every part
+that asks), and which CPU it is (``cpu_identity``).
 
 ``OMP_NUM_THREADS``, when it holds a positive integer, is the budget: a sweep sets each run's
 share of the cores there, and torch, MKL and OpenBLAS read the same variable, so xmcbench's
@@ -16,6 +17,7 @@ import math
 import os
 from pathlib import Path
 
+_PROC_CPUINFO = Path("/proc/cpuinfo")
 _PROC_CGROUP = Path("/proc/self/cgroup")  # "0::/the/process/cgroup" on cgroup v2
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -72,3 +74,21 @@ def cpu_threads() -> int:
     if env.isdecimal() and int(env) > 0:  # isdecimal: "²" is a digit to isdigit, and int() refuses it
         return int(env)
     return usable_cpus()
+
+
+def cpu_identity() -> dict[str, str]:
+    """The first CPU's vendor_id, model name, cpu family, model, stepping and flags from
+    /proc/cpuinfo; {} where there is no such file (not Linux)."""
+    wanted = ("vendor_id", "model name", "cpu family", "model", "stepping", "flags")
+    fields: dict[str, str] = {}
+    try:
+        for line in _PROC_CPUINFO.read_text().splitlines():
+            name, _, value = line.partition(":")
+            name = name.strip()
+            if name in wanted and name not in fields:
+                fields[name] = value.strip()
+            elif not line.strip() and fields:
+                break  # the first CPU's block is enough
+    except OSError:
+        pass
+    return fields

@@ -50,15 +50,13 @@ def import_faiss():
         if sys.modules.get("faiss") is not None:  # already loaded: its BLAS has chosen
             return sys.modules["faiss"]
         kernel = None if "OPENBLAS_CORETYPE" in os.environ else _numpy_kernel()
-        if kernel is None:
-            import faiss
-
-            return faiss
-        os.environ["OPENBLAS_CORETYPE"] = kernel
+        if kernel is not None:
+            os.environ["OPENBLAS_CORETYPE"] = kernel
         try:
             import faiss
         finally:
-            os.environ.pop("OPENBLAS_CORETYPE", None)
+            if kernel is not None:
+                os.environ.pop("OPENBLAS_CORETYPE", None)
         return faiss
 
 

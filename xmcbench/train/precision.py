@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from xmcbench.cpus import cpu_identity
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import file_lock, write_json
 from xmcbench.paths import cache_dir
@@ -173,24 +174,6 @@ def _time_bf16_matmul() -> float:
     speedup = min(fp32[2:]) / max(min(half[2:]), 1e-9)  # the first calls pick kernels and fault pages in
     log.info("bf16 matmul on this CPU: %.2fx the speed of fp32", speedup)
     return speedup
-
-
-def cpu_identity() -> dict[str, str]:
-    """The first CPU's vendor_id, model name, cpu family, model, stepping and flags from
-    /proc/cpuinfo; {} where there is no such file (the probe then keys on ``platform``)."""
-    wanted = ("vendor_id", "model name", "cpu family", "model", "stepping", "flags")
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            name = name.strip()
-            if name in wanted and name not in fields:
-                fields[name] = value.strip()
-            elif not line.strip() and fields:
-                break  # the first CPU's block is enough
-    except OSError:
-        pass
-    return fields
 
 
 def _machine_key() -> str:
