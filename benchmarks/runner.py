@@ -568,12 +568,21 @@ def _search_gpu_shape(n: int, n_labels: int, d: int, repeat: int, device: str = 
 # prepare
 
 
-def bench_prepare(cfg, folder: Path | None) -> list[dict]:
+def bench_prepare(cfg, folder: Path | None, repeat: int) -> list[dict]:
     folder = folder or Path(tempfile.gettempdir()) / f"xmcbench-bench-prepare-{cfg['prepare_scale']}"
     script = Path(__file__).with_name("bench_prepare.py")
     env = _child_env()
     done = subprocess.run(
-        [sys.executable, str(script), "--dir", str(folder), "--scale", str(cfg["prepare_scale"])],
+        [
+            sys.executable,
+            str(script),
+            "--dir",
+            str(folder),
+            "--scale",
+            str(cfg["prepare_scale"]),
+            "--repeat",
+            str(repeat),
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -595,7 +604,11 @@ def bench_prepare(cfg, folder: Path | None) -> list[dict]:
             target="ratio <= 2",
             met=bool(r["prepare_s"] <= 2 * floor),
             notes=(
-                f"zlib {r['decompress_zlib_s']:.2f} s, gzip -dc {r['decompress_gzip_cli_s']:.2f} s; "
+                f"best of {repeat}, prepare and the floors in turns (prepare "
+                + ", ".join(f"{s:.2f}" for s in r["runs"]["prepare_s"])
+                + " s; zlib "
+                + ", ".join(f"{s:.2f}" for s in r["runs"]["decompress_zlib_s"])
+                + f" s); zlib {r['decompress_zlib_s']:.2f} s, gzip -dc {r['decompress_gzip_cli_s']:.2f} s; "
                 f"prepare peak RSS {r['prepare_peak_gb']:.2f} GB; CPU seconds (all threads): prepare "
                 f"{r['prepare_cpu_s']:.2f}, zlib {r['decompress_zlib_cpu_s']:.2f} "
                 f"(x{r['prepare_cpu_s'] / r['decompress_zlib_cpu_s']:.1f}: what the ratio tends to on a busy machine)"
@@ -611,6 +624,7 @@ def bench_prepare(cfg, folder: Path | None) -> list[dict]:
             zlib_s=r["decompress_zlib_s"],
             gzip_s=r["decompress_gzip_cli_s"],
             isal_s=r.get("decompress_isal_s"),
+            runs=r["runs"],
         )
     ]
 
@@ -1005,7 +1019,7 @@ def main(argv: list[str] | None = None) -> dict:
         ("metrics1m", lambda: bench_metrics_big(cfg, repeat)),
         ("search", lambda: bench_search(cfg, repeat)),
         ("search_gpu", lambda: bench_search_gpu(cfg, repeat)),
-        ("prepare", lambda: bench_prepare(cfg, args.prepare_dir)),
+        ("prepare", lambda: bench_prepare(cfg, args.prepare_dir, repeat)),
         ("train", lambda: bench_train(cfg)),
         ("train_gpu", lambda: bench_train_gpu(cfg, args.tokenizer)),
         ("authors", lambda: bench_authors(cfg, repos)),

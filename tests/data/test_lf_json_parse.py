@@ -111,6 +111,50 @@ def test_synthetic_files_are_parsed_fast_and_identically(synth_raw_dir, synth_pa
                 _same(parse_block(block, text=text, targets=targets, n_labels=n if targets else None), slow)
 
 
+# pieces of texts around HTML references: ones resolved in bulk, ones html.unescape leaves alone or
+# reads without ';', and neighbours that may or may not continue a reference
+REFERENCE_PIECES = [
+    "&amp;", "&lt;", "&gt;", "&quot;", "&#39;", "&#8217;", "&#x41;", "&#X2019;", "&#0;", "&#128;", "&#150;",
+    "&#xD800;", "&#1114112;", "&#x;", "&#;", "&;", "&", "&amp", "&ampx;", "&notit;", "&nbsp;", "&Aacute;",
+    "&NotANameAtAll;", "&aaaaaaaaaaaaaaaaaaaaaa;", "&#12ab;", "&#xZZ;", "&aacute", "AT&T", "&&amp;", "&#65",
+    "&#65;;", "&lt", "&#x1F600;", "&copy;", "&#11;", "&#13;", "&#x80;", "&nGt;", ";", "#", "a", "b c", "\u00e9",
+    "\u2019", "\U0001f600", " ", "\n", '"', "\\",
+]  # fmt: skip
+
+
+def test_references_are_resolved_as_html_unescape_resolves_them():
+    import html
+    import random
+
+    from xmcbench.data.formats.lf_json_columns import _unescape_column
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        texts = ["".join(rng.choices(REFERENCE_PIECES, k=rng.randint(0, 12))) for _ in range(rng.randint(1, 8))]
+        encoded = [t.encode("utf-8") for t in texts]
+        data = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+        out, lengths = _unescape_column(data, np.array([len(e) for e in encoded], dtype=np.int64))
+        want = [html.unescape(t).encode("utf-8") for t in texts]
+        assert out.tobytes() == b"".join(want), texts
+        assert lengths.tolist() == [len(w) for w in want]
+
+
+@pytest.mark.parametrize("words", [3, 300])  # short texts joined with byte masks, long ones row by row
+def test_references_and_escapes_in_long_and_short_texts(words):
+    rng = random_state = np.random.default_rng(1)
+    lines = []
+    for i in range(60):
+        title = "".join(rng.choice(REFERENCE_PIECES, size=4))
+        content = " ".join(random_state.choice(REFERENCE_PIECES + ["word"] * 20, size=words)) if i % 7 else ""
+        content = json.dumps(content, ensure_ascii=bool(i % 2))
+        if i % 5 == 0:  # '&' written as a JSON escape: html.unescape sees it after the JSON decoding
+            content = content.replace("&", "\\u0026")
+        lines.append(f'{{"uid":"u{i}","title":{json.dumps(title)},"content":{content},"target_ind":[{i}]}}')
+    block = "\n".join(lines).encode("utf-8")
+    for text in TEXTS:
+        _same(parse_block(block, text=text, n_labels=100), _general(block, text))
+
+
 def iter_line_numbers(blocks):
     line = 1
     for block in blocks:
