@@ -238,8 +238,9 @@ def _run_phase(name: str, args: argparse.Namespace) -> dict:
 
 
 def best_of_turns(decompress, prepare, args: argparse.Namespace) -> dict:
-    """The floors and prepare, run in turns ``--repeat`` times: each timing's best, every run's
-    seconds, and the fastest prepare's CPU seconds and peak memory (its run's own figures).
+    """The floors and prepare, run in turns ``--repeat`` times: each floor's best time, every run's
+    seconds, the CPU seconds of the fastest zlib run and of the fastest prepare (each its own run's),
+    and the largest peak memory of any prepare.
 
     A machine's speed drifts over minutes (a neighbour on the host): timed in turns, the floor and
     prepare see the same moments, as the runner's other rows do.
@@ -249,11 +250,12 @@ def best_of_turns(decompress, prepare, args: argparse.Namespace) -> dict:
         floors.append(decompress())
         prepares.append(prepare())
         print(f"round {i + 1}/{args.repeat}: prepare {prepares[-1]['prepare_s']:.2f} s", file=sys.stderr)
-    timed = [key for key, value in floors[0].items() if key.endswith("_s") and value is not None]  # isal: maybe None
-    best = {**floors[0], **{key: min(run[key] for run in floors) for key in timed}}
+    fastest_floor = min(floors, key=lambda run: run["decompress_zlib_s"])
+    walls = [k for k, v in fastest_floor.items() if k.endswith("_s") and not k.endswith("_cpu_s") and v is not None]
     fastest = min(prepares, key=lambda run: run["prepare_s"])
     return {
-        **best,
+        **fastest_floor,
+        **{key: min(run[key] for run in floors) for key in walls},  # isal: None when not installed
         **fastest,
         "prepare_peak_gb": max(run["prepare_peak_gb"] for run in prepares),
         "runs": {

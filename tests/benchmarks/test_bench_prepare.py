@@ -14,7 +14,20 @@ SCRIPT = Path(__file__).parents[2] / "benchmarks" / "bench_prepare.py"
 def test_floors_and_prepare_run_in_turns_and_each_keeps_its_best():
     calls = []
     floors = iter(
-        [{"decompress_zlib_s": 3.0, "decompress_isal_s": None}, {"decompress_zlib_s": 2.0, "decompress_isal_s": None}]
+        [
+            {
+                "decompress_zlib_s": 3.0,
+                "decompress_zlib_cpu_s": 2.9,
+                "decompress_gzip_cli_s": 1.5,
+                "decompress_isal_s": None,
+            },
+            {
+                "decompress_zlib_s": 2.0,
+                "decompress_zlib_cpu_s": 1.9,
+                "decompress_gzip_cli_s": 1.6,
+                "decompress_isal_s": None,
+            },
+        ]
     )
     prepares = iter(
         [
@@ -34,6 +47,8 @@ def test_floors_and_prepare_run_in_turns_and_each_keeps_its_best():
     best = best_of_turns(decompress, prepare, argparse.Namespace(repeat=2))
     assert calls == ["decompress", "prepare", "decompress", "prepare"]
     assert best["decompress_zlib_s"] == 2.0 and best["decompress_isal_s"] is None  # isal not installed: kept as None
+    assert best["decompress_gzip_cli_s"] == 1.5  # each floor's best, whichever run it came from
+    assert best["decompress_zlib_cpu_s"] == 1.9  # the fastest zlib run's own CPU seconds
     assert best["prepare_s"] == 4.0 and best["prepare_cpu_s"] == 7.0  # the fastest run's own CPU seconds
     assert best["prepare_peak_gb"] == 0.4  # the largest peak of any run
     assert best["runs"] == {"prepare_s": [4.0, 5.0], "decompress_zlib_s": [3.0, 2.0]}

@@ -141,11 +141,11 @@ def test_references_are_resolved_as_html_unescape_resolves_them():
 
 @pytest.mark.parametrize("words", [3, 300])  # short texts joined with byte masks, long ones row by row
 def test_references_and_escapes_in_long_and_short_texts(words):
-    rng = random_state = np.random.default_rng(1)
+    rng = np.random.default_rng(1)
     lines = []
     for i in range(60):
         title = "".join(rng.choice(REFERENCE_PIECES, size=4))
-        content = " ".join(random_state.choice(REFERENCE_PIECES + ["word"] * 20, size=words)) if i % 7 else ""
+        content = " ".join(rng.choice(REFERENCE_PIECES + ["word"] * 20, size=words)) if i % 7 else ""
         content = json.dumps(content, ensure_ascii=bool(i % 2))
         if i % 5 == 0:  # '&' written as a JSON escape: html.unescape sees it after the JSON decoding
             content = content.replace("&", "\\u0026")
@@ -153,6 +153,16 @@ def test_references_and_escapes_in_long_and_short_texts(words):
     block = "\n".join(lines).encode("utf-8")
     for text in TEXTS:
         _same(parse_block(block, text=text, n_labels=100), _general(block, text))
+
+
+def test_an_ampersand_written_only_as_a_json_escape_is_unescaped():
+    """No raw '&' in the block: the reference appears only once the JSON escape is decoded."""
+    block = b'{"uid":"u","title":"a \\u0026amp; b","content":"c \\u0026#8217;s","target_ind":[0]}'
+    assert b"&" not in block
+    for text in TEXTS:
+        fast = parse_block(block, text=text, n_labels=1)
+        _same(fast, _general(block, text))
+    assert fast.texts.data == "a & b c \u2019s".encode()
 
 
 def iter_line_numbers(blocks):
