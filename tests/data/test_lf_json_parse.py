@@ -165,6 +165,27 @@ def test_an_ampersand_written_only_as_a_json_escape_is_unescaped():
     assert fast.texts.data == "a & b c \u2019s".encode()
 
 
+# pieces of JSON string literals: every escape JSON has, surrogate pairs, lone and doubled halves,
+# upper- and lower-case hex, a '&' escaped, raw non-ASCII
+ESCAPE_PIECES = [
+    "a", "é", " ", "\\n", '\\"', "\\\\", "\\/", "\\b", "\\f", "\\r", "\\t", "\\u0041", "\\u00e9", "\\u20AC",
+    "\\u07ff", "\\u0800", "\\uffff", "\\uD83D\\uDE00", "\\ud83d", "\\ude00", "\\uDBFF\\uDFFF", "\\u0000",
+    "\\u0026amp;", "&amp;", "\\uD800\\uD800\\uDC00", "\\udc00\\ud800", "\\\\u0041", "\\\\\\n",
+]  # fmt: skip
+
+
+def test_json_escapes_are_decoded_as_json_decodes_them():
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        lines = []
+        for i in range(int(rng.integers(1, 6))):
+            title, content, uid = ("".join(rng.choice(ESCAPE_PIECES, size=int(rng.integers(0, 8)))) for _ in range(3))
+            lines.append(f'{{"uid":"{uid}","title":"{title}","content":"{content}","target_ind":[{i}]}}')
+        block = "\n".join(lines).encode("utf-8")
+        for text in TEXTS:
+            _same(parse_block(block, text=text, n_labels=10), _general(block, text))
+
+
 def iter_line_numbers(blocks):
     line = 1
     for block in blocks:

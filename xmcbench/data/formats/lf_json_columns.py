@@ -156,22 +156,15 @@ def parse_block(
         return None
 
     # backslashes: every escape must be valid JSON (the general reader refuses the file otherwise)
-    slashes = np.flatnonzero(a[:size] == _BACKSLASH) if b"\\" in buffer else np.empty(0, dtype=np.int64)
-    if slashes.size and not _escapes_valid(a, slashes):
+    escapes = _escape_starts(np.flatnonzero(a[:size] == _BACKSLASH)) if b"\\" in buffer else np.empty(0, np.int64)
+    if escapes.size and not _escapes_valid(a, escapes):
         return None
-    title = _field(buffer, a, strings.get("title"), n, slashes, unescape=True)
-    if title is None:
-        return None
+    title = _field(buffer, a, strings.get("title"), n, escapes, unescape=True)
     if text == "title+content":
-        content = _field(buffer, a, strings.get("content"), n, slashes, unescape=True)
-        if content is None:
-            return None
-        texts = _join_with_space(title, content)
+        texts = _join_with_space(title, _field(buffer, a, strings.get("content"), n, escapes, unescape=True))
     else:
         texts = title
-    uids = _field(buffer, a, strings.get("uid"), n, slashes, unescape=False)
-    if uids is None:
-        return None
+    uids = _field(buffer, a, strings.get("uid"), n, escapes, unescape=False)
     return ColumnBlock(texts, uids, counts, indices)
 
 
@@ -183,7 +176,10 @@ def _layout(first_line: bytes, text: str, targets: bool) -> list[tuple[str, str]
     try:
         record = _loads(first_line)
     except ValueError:
-        return None
+        try:  # json accepts what orjson refuses on principle (lone surrogates), as the general reader
+            record = json.loads(first_line)
+        except ValueError:
+            return None
     if not isinstance(record, dict) or not isinstance(record.get("title"), str):
         return None
     if targets and "target_ind" not in record:
@@ -404,41 +400,79 @@ def _eight_digit_values(sub: np.ndarray, ends: np.ndarray, widths: np.ndarray) -
     return w.astype(np.int64)
 
 
-def _field(buffer: bytes, a: np.ndarray, spans, n: int, slashes: np.ndarray, unescape: bool) -> EncodedTexts | None:
+def _field(buffer: bytes, a: np.ndarray, spans, n: int, escapes: np.ndarray, unescape: bool) -> EncodedTexts:
     """One string column (``spans`` = open and close quotes per line; None: the key is absent, all "").
 
-    ``slashes``: positions of every backslash in the buffer; texts holding one are JSON-decoded one
-    by one. With ``unescape``, every text's HTML references are then resolved (``_unescape_column``;
-    the general reader unescapes titles and contents, never uids).
+    ``escapes``: the backslash of every JSON escape in the buffer (checked valid). The texts are cut
+    out of the buffer and their escapes decoded (``_decode_escapes``); then, with ``unescape``, their
+    HTML references are resolved (``_unescape_column``; the general reader unescapes titles and
+    contents, never uids).
     """
     if spans is None:
         return EncodedTexts(b"", np.zeros(n, dtype=np.int64))
     v_open, v_close = spans
     lo, hi = v_open + 1, v_close
     lengths = (hi - lo).astype(np.int64)
-    escaped = _holds(slashes, lo, hi)
-    rows = np.flatnonzero(escaped)
-    if not rows.size:
-        data = _gather(a, lo, hi)
-    else:
-        decoded = []
-        for i in rows.tolist():
-            literal = buffer[v_open[i] : v_close[i] + 1]
-            try:
-                value = _loads(literal)
-            except ValueError:
-                try:  # json accepts what orjson refuses on principle (lone surrogates), as the general reader
-                    value = json.loads(literal)
-                except ValueError:
-                    return None
-            # "replace" as EncodedTexts.from_strings: a lone surrogate becomes '?', never part of a reference
-            decoded.append(value.encode("utf-8", "replace"))
-        plain = ~escaped
-        lengths[rows] = [len(d) for d in decoded]
-        data = _interleave(_gather(a, lo[plain], hi[plain]), lengths, plain, b"".join(decoded))
-    if unescape and (rows.size or b"&" in buffer):  # a decoded text may hold one ("\u0026")
+    data = _gather(a, lo, hi)
+    row = np.searchsorted(lo, escapes, side="right") - 1  # the text each escape would be in
+    inside = (row >= 0) & (escapes < hi[np.maximum(row, 0)])
+    if inside.any():
+        row, at = row[inside], escapes[inside]
+        starts = np.cumsum(lengths) - lengths
+        data, lengths = _decode_escapes(a, data, lengths, at, at - lo[row] + starts[row], row)
+    if unescape and (inside.any() or b"&" in buffer):  # a decoded text may hold one ("\u0026")
         data, lengths = _unescape_column(data, lengths)
     return EncodedTexts(data.tobytes(), lengths)
+
+
+_SIMPLE_ESCAPE = np.zeros(256, dtype=np.uint8)  # what \" \\ \/ \b \f \n \r \t stand for
+for _char, _byte in zip(b'"\\/bfnrt', b'"\\/\b\f\n\r\t'):
+    _SIMPLE_ESCAPE[_char] = _byte
+_HEX_VALUE = np.zeros(256, dtype=np.int32)
+_HEX_VALUE[list(b"0123456789")] = np.arange(10)
+_HEX_VALUE[list(b"abcdef")] = _HEX_VALUE[list(b"ABCDEF")] = np.arange(10, 16)
+
+
+def _decode_escapes(a, data, lengths, at, where, row):
+    """The texts with their JSON escapes decoded, as utf-8: what ``json.loads`` gives, encoded with
+    "replace" (the general reader's steps), in numpy passes that leave the GIL to the other parser.
+
+    ``at``: each escape's backslash in the buffer ``a``; ``where``: the same in ``data``; ``row``:
+    its text. ``\\uXXXX`` is the code point's utf-8; a high surrogate escape right before a low one is
+    the pair's character (as json does), any other surrogate '?' (utf-8 cannot hold it: "replace").
+    Every escape is at least as long as what it stands for, so the texts are rewritten in place.
+    """
+    follower = a[at + 1]
+    size = np.full(at.size, 2, dtype=np.int64)
+    width = np.ones(at.size, dtype=np.int64)  # bytes it decodes to
+    u = np.flatnonzero(follower == ord("u"))
+    if u.size:
+        at_u = at[u]
+        code = _HEX_VALUE[a[at_u + 2]] << 12 | _HEX_VALUE[a[at_u + 3]] << 8 | _HEX_VALUE[a[at_u + 4]] << 4
+        code |= _HEX_VALUE[a[at_u + 5]]
+        high = (code >= 0xD800) & (code < 0xDC00)
+        low = (code >= 0xDC00) & (code < 0xE000)
+        pair = high & np.r_[(at_u[1:] == at_u[:-1] + 6) & low[1:], False]  # a high surrogate, then its low half
+        lone = (high | low) & ~pair & ~np.r_[False, pair[:-1]]  # (the low half of a pair is dropped below)
+        code = np.where(pair, 0x10000 + ((code - 0xD800) << 10) + (np.r_[code[1:], 0] - 0xDC00), code)
+        code[lone] = ord("?")
+        w = 1 + (code >= 0x80) + (code >= 0x800) + (code >= 0x10000)
+        w[np.flatnonzero(pair) + 1] = 0  # a pair's low half: decoded with its high half
+        size[u], width[u] = np.where(pair, 12, 6), w
+    keep = width > 0
+    at_out, size, width, row = where[keep], size[keep], width[keep], row[keep]
+    first = np.cumsum(width) - width  # each escape's first byte in the inserted stream
+    inserted = np.empty(int(width.sum()), dtype=np.uint8)
+    simple = follower[keep] != ord("u")
+    inserted[first[simple]] = _SIMPLE_ESCAPE[follower[keep][simple]]
+    if u.size:
+        code, w, first_u = code[w > 0], w[w > 0], first[~simple]
+        lead = np.select([w == 1, w == 2, w == 3], [code, 0xC0 | code >> 6, 0xE0 | code >> 12], 0xF0 | code >> 18)
+        inserted[first_u] = lead
+        for j in range(1, 4):  # continuation bytes: six bits each, highest first
+            more = w > j
+            inserted[first_u[more] + j] = 0x80 | (code[more] >> (6 * (w[more] - 1 - j))) & 0x3F
+    return _splice(data, lengths, at_out, size, inserted, width, row)
 
 
 _REFERENCE = 16  # longest reference resolved in bulk: '&', up to 14 name bytes, ';'
@@ -493,19 +527,26 @@ def _splice_references(data, lengths, at, size, window, row):
     new_len = table_len[which]  # (refs,)
     # the bytes put in, reference by reference: slices of the table
     offsets = (np.cumsum(table_len) - table_len)[which]
-    total = int(new_len.sum())
-    index = np.repeat(offsets - (np.cumsum(new_len) - new_len), new_len) + np.arange(total)
-    inserted = table[index]
-    if (new_len <= size).all():  # as nearly always ("&amp;" -> "&"): in place, then drop the rest of each
+    index = np.repeat(offsets - (np.cumsum(new_len) - new_len), new_len) + np.arange(int(new_len.sum()))
+    return _splice(data, lengths, at, size, table[index], new_len, row)
+
+
+def _splice(data, lengths, at, size, inserted, new_len, row):
+    """``data`` (texts of ``lengths`` bytes, back to back) with ``data[at_i : at_i + size_i]``
+    replaced by the next ``new_len_i`` bytes of ``inserted``, for each i (``at`` ascending, spans
+    disjoint; ``row``: the text of each); returns the new bytes and lengths. ``data`` may be
+    overwritten."""
+    total = inserted.size
+    if (new_len <= size).all():  # as nearly always ("&amp;" -> "&", "\\n" -> newline): in place, then drop the rest
         data[np.repeat(at - (np.cumsum(new_len) - new_len), new_len) + np.arange(total)] = inserted
         dropped = size - new_len
         keep = np.ones(data.size, dtype=bool)
         keep[np.repeat(at + new_len - (np.cumsum(dropped) - dropped), dropped) + np.arange(int(dropped.sum()))] = False
         out = data[keep]
-    else:  # the text between references, then each reference's replacement, ...: from two streams
+    else:  # the text between spans, then each span's replacement, ...: from two streams
         cut_end = at + size
         runs = np.empty(2 * at.size + 1, dtype=np.int64)
-        runs[0:-1:2] = at - np.concatenate(([0], cut_end[:-1]))  # bytes kept before each reference
+        runs[0:-1:2] = at - np.concatenate(([0], cut_end[:-1]))  # bytes kept before each span
         runs[1::2], runs[-1] = size, data.size - int(cut_end[-1])
         keep = np.zeros(runs.size, dtype=bool)
         keep[0::2] = True
@@ -533,14 +574,20 @@ _HEX = np.zeros(256, dtype=bool)
 _HEX[list(b"0123456789abcdefABCDEF")] = True
 
 
-def _escapes_valid(a: np.ndarray, slashes: np.ndarray) -> bool:
-    """Whether every escape (a backslash at an even offset of its run) is one JSON allows.
+def _escape_starts(slashes: np.ndarray) -> np.ndarray:
+    """The backslashes that start an escape: those at an even offset of their run (``\\\\`` is one)."""
+    if not slashes.size:
+        return slashes
+    run_start = np.r_[True, np.diff(slashes) != 1]
+    first_of_run = np.maximum.accumulate(np.where(run_start, np.arange(slashes.size), 0))
+    return slashes[(np.arange(slashes.size) - first_of_run) % 2 == 0]
+
+
+def _escapes_valid(a: np.ndarray, lead: np.ndarray) -> bool:
+    """Whether every escape (``lead``: its backslash) is one JSON allows.
 
     Backslashes outside strings never get here: the layout checks account for every byte there.
     """
-    run_start = np.r_[True, np.diff(slashes) != 1]
-    first_of_run = np.maximum.accumulate(np.where(run_start, np.arange(slashes.size), 0))
-    lead = slashes[(np.arange(slashes.size) - first_of_run) % 2 == 0]
     follower = a[lead + 1]
     if not _ESCAPABLE[follower].all():
         return False
