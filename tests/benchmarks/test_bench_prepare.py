@@ -54,7 +54,7 @@ def test_floors_and_prepare_run_in_turns_and_each_keeps_its_best():
     assert best["runs"] == {"prepare_s": [4.0, 5.0], "decompress_zlib_s": [3.0, 2.0]}
 
 
-def test_the_full_text_shape_prepares_titles_with_their_descriptions(tmp_path):
+def test_the_full_text_shape_prepares_titles_with_their_descriptions_and_escapes(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
@@ -67,6 +67,8 @@ def test_the_full_text_shape_prepares_titles_with_their_descriptions(tmp_path):
             "0.001",
             "--repeat",
             "2",
+            "--escape-every",
+            "3",
         ],
         capture_output=True,
         text=True,
@@ -81,3 +83,4 @@ def test_the_full_text_shape_prepares_titles_with_their_descriptions(tmp_path):
 
     texts = load_prepared(tmp_path / "prepared").query_texts("train")[:50]
     assert sum(len(t.split()) for t in texts) / len(texts) > 100  # ~180 words of description each
+    assert all("\n" in t and '"x\u00e9' in t for t in texts if len(t.split()) > 20)  # the escapes, decoded

@@ -169,7 +169,7 @@ def test_an_ampersand_written_only_as_a_json_escape_is_unescaped():
 # upper- and lower-case hex, a '&' escaped, raw non-ASCII
 ESCAPE_PIECES = [
     "a", "é", " ", "\\n", '\\"', "\\\\", "\\/", "\\b", "\\f", "\\r", "\\t", "\\u0041", "\\u00e9", "\\u20AC",
-    "\\u07ff", "\\u0800", "\\uffff", "\\uD83D\\uDE00", "\\ud83d", "\\ude00", "\\uDBFF\\uDFFF", "\\u0000",
+    "\\u007f", "\\u0080", "\\u07ff", "\\u0800", "\\uffff", "\\uD83D\\uDE00", "\\ud83d", "\\ude00", "\\uDBFF\\uDFFF", "\\u0000",
     "\\u0026amp;", "&amp;", "\\uD800\\uD800\\uDC00", "\\udc00\\ud800", "\\\\u0041", "\\\\\\n",
 ]  # fmt: skip
 
@@ -184,6 +184,15 @@ def test_json_escapes_are_decoded_as_json_decodes_them():
         block = "\n".join(lines).encode("utf-8")
         for text in TEXTS:
             _same(parse_block(block, text=text, n_labels=10), _general(block, text))
+
+
+@pytest.mark.parametrize("hex_format", ["04x", "04X"])
+def test_every_unicode_escape_is_decoded_as_json_decodes_it(hex_format):
+    lines = [
+        f'{{"uid":"\\u{c:{hex_format}}","title":"a\\u{c:{hex_format}}b","target_ind":[0]}}' for c in range(1 << 16)
+    ]
+    block = "\n".join(lines).encode()
+    _same(parse_block(block, n_labels=1), _general(block, "title"))
 
 
 def iter_line_numbers(blocks):
@@ -226,6 +235,7 @@ GOOD = '{"uid":"1","title":"t","content":"c","target_ind":[1,2],"target_rel":[1.
         '{"uid":"1","content":"c","title":"t","target_ind":[1],"target_rel":[1.0]}',  # other key order
         '{"uid":"1","title":"t","title":"u","content":"c","target_ind":[1],"target_rel":[1.0]}',  # repeated key
         '{"uid":"1","titl\\u0065":"t","content":"c","target_ind":[1],"target_rel":[1.0]}',  # escaped key
+        '{"uid":"1","title":"t","\\ud800":"c","target_ind":[1],"target_rel":[1.0]}',  # a key json alone reads
         '{"uid":"1","title":"t","content":"c","target_ind":[9],"target_rel":[1.0]}',  # out of range (n_labels=5)
         '["uid","title"]',
         "",  # blank line
@@ -252,6 +262,12 @@ def test_blocks_it_cannot_prove_plain_are_declined(line, tmp_path):
     assert fast.texts.to_list() == [f"{t} {c}" if t and c else t or c for t, c in zip(titles, contents)]
     assert fast.uids.to_list() == uids
     assert fast.counts.tolist() == counts and fast.indices.tolist() == indices
+
+
+def test_a_first_line_json_alone_reads_sets_no_layout_it_cannot_check():
+    block = b'{"uid":"u","title":"t","\\ud800":"x","target_ind":[0]}\n' + GOOD.encode()
+    assert parse_block(block, n_labels=5) is None  # declined, not an error: the general reader reads it
+    assert _general(block, "title", n_labels=5).texts.data == b"tt"
 
 
 def test_invalid_utf8_is_declined():

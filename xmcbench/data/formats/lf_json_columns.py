@@ -12,8 +12,10 @@ shape with numpy passes over its bytes and cuts the columns straight out of the 
   every line must hold exactly the layout's strings, keys byte-equal, separators ``:``/``: ``
   and ``,``/``, ``, braces at both ends; list values must be lists of JSON numbers (integers
   without leading zeros for ``target_ind``; plain decimals for ``target_rel``);
-- texts without a backslash are copied as bytes (they are their own utf-8 encoding); the others
-  are JSON-decoded one by one as the general reader decodes them, and spliced in;
+- a column's texts are copied out as bytes (a JSON string without escapes is its own utf-8
+  encoding) and their escapes decoded in place, a column at a time, to what ``json.loads`` and an
+  encoding with "replace" give (``_decode_escapes``); no per-text Python loop holds the GIL, which
+  the other parser thread needs;
 - then titles and contents (never uids) are HTML-unescaped as ``html.unescape`` does, a column at a
   time: each distinct reference closed by ``;`` is resolved once and spliced in wherever it stands,
   and only texts holding another kind of ``&`` go through ``html.unescape`` whole
@@ -86,7 +88,9 @@ def parse_block(
     if layout is None:
         return None
     n, per_line = len(starts), 2 * sum(2 if kind == "str" else 1 for _, kind in layout)
-    quotes = _unescaped_quotes(a, size)
+    # a backslash starts an escape at an even place of its run (the one after it is escaped)
+    escapes = _escape_starts(np.flatnonzero(a[:size] == _BACKSLASH)) if b"\\" in buffer else np.empty(0, np.int64)
+    quotes = _unescaped_quotes(a, size, escapes)
     if quotes is None or quotes.size != n * per_line:
         return None
     q = quotes.reshape(n, per_line)
@@ -156,7 +160,6 @@ def parse_block(
         return None
 
     # backslashes: every escape must be valid JSON (the general reader refuses the file otherwise)
-    escapes = _escape_starts(np.flatnonzero(a[:size] == _BACKSLASH)) if b"\\" in buffer else np.empty(0, np.int64)
     if escapes.size and not _escapes_valid(a, escapes):
         return None
     title = _field(buffer, a, strings.get("title"), n, escapes, unescape=True)
@@ -186,6 +189,10 @@ def _layout(first_line: bytes, text: str, targets: bool) -> list[tuple[str, str]
         return None
     layout = []
     for key, value in record.items():
+        try:
+            key.encode()  # a key with a lone surrogate (read by json alone) is not compared here
+        except UnicodeEncodeError:
+            return None
         if isinstance(value, str):
             layout.append((key, "str"))
         elif isinstance(value, list) and key in _LIST_KEYS:
@@ -195,20 +202,18 @@ def _layout(first_line: bytes, text: str, targets: bool) -> list[tuple[str, str]
     return layout
 
 
-def _unescaped_quotes(a: np.ndarray, size: int) -> np.ndarray | None:
+def _unescaped_quotes(a: np.ndarray, size: int, escapes: np.ndarray) -> np.ndarray | None:
+    """Positions of the quotes that open or close strings: all but those an escape's backslash
+    (``escapes``, ``_escape_starts``) stands right before."""
     quotes = np.flatnonzero(a[:size] == _QUOTE)
     if not quotes.size or quotes[0] == 0:
         return None
     after_backslash = np.flatnonzero(a[quotes - 1] == _BACKSLASH)
     if not after_backslash.size:
         return quotes
-    # a quote is escaped when the run of backslashes before it has odd length
-    slashes = np.flatnonzero(a[:size] == _BACKSLASH)
-    run_start = np.r_[True, np.diff(slashes) != 1]
-    first_of_run = np.maximum.accumulate(np.where(run_start, np.arange(slashes.size), 0))
-    last = np.searchsorted(slashes, quotes[after_backslash] - 1)
-    escaped = (last - first_of_run[last] + 1) % 2 == 1
-    return np.delete(quotes, after_backslash[escaped])
+    before = quotes[after_backslash] - 1
+    at = np.minimum(np.searchsorted(escapes, before), escapes.size - 1)
+    return np.delete(quotes, after_backslash[escapes[at] == before])
 
 
 def _separator(a: np.ndarray, before: np.ndarray, after: np.ndarray, char: int) -> bool:
