@@ -52,6 +52,8 @@ def test_quick_runner_writes_every_row(tmp_path, capsys, monkeypatch):
         "search_vs_faiss_as_installed",
         "search_torch_vs_matmul",
         "prepare",
+        "prepare_full_text",
+        "prepare_full_text_escaped",
         "train_dexml_all",
         "train_unidec",
         "tokenise",
