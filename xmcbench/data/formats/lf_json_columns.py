@@ -566,13 +566,6 @@ def _splice(data, lengths, at, size, inserted, new_len, row):
     return out, lengths + change.astype(np.int64)
 
 
-def _holds(where: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Whether each span ``[lo, hi)`` contains one of the sorted positions ``where``."""
-    if not where.size:
-        return np.zeros(len(lo), dtype=bool)
-    return np.searchsorted(where, hi) > np.searchsorted(where, lo)
-
-
 _ESCAPABLE = np.zeros(256, dtype=bool)
 _ESCAPABLE[list(b'"\\/bfnrtu')] = True
 _HEX = np.zeros(256, dtype=bool)
