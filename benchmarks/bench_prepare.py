@@ -326,10 +326,12 @@ def main() -> None:
 
     if args.phase:  # child process: one phase, JSON on the last line
         fn = PHASES[args.phase]
-        if args.phase == "prepare":
+        if args.phase == "generate":
+            result = fn(args.dir, params, args.escape_every)
+        elif args.phase == "prepare":
             result = fn(args.dir, params, SHAPES[args.shape]["query_text"])
         else:
-            result = fn(args.dir, params, args.escape_every) if args.phase == "generate" else fn(args.dir)
+            result = fn(args.dir)
         print(json.dumps(result))
         return
 

@@ -421,11 +421,12 @@ def _field(buffer: bytes, a: np.ndarray, spans, n: int, escapes: np.ndarray, une
     data = _gather(a, lo, hi)
     row = np.searchsorted(lo, escapes, side="right") - 1  # the text each escape would be in
     inside = (row >= 0) & (escapes < hi[np.maximum(row, 0)])
-    if inside.any():
+    escaped = bool(inside.any())
+    if escaped:
         row, at = row[inside], escapes[inside]
         starts = np.cumsum(lengths) - lengths
         data, lengths = _decode_escapes(a, data, lengths, at, at - lo[row] + starts[row], row)
-    if unescape and (inside.any() or b"&" in buffer):  # a decoded text may hold one ("\u0026")
+    if unescape and (escaped or b"&" in buffer):  # a decoded text may hold one ("\u0026")
         data, lengths = _unescape_column(data, lengths)
     return EncodedTexts(data.tobytes(), lengths)
 
@@ -443,8 +444,9 @@ def _decode_escapes(a, data, lengths, at, where, row):
     "replace" (the general reader's steps), in numpy passes that leave the GIL to the other parser.
 
     ``at``: each escape's backslash in the buffer ``a``; ``where``: the same in ``data``; ``row``:
-    its text. ``\\uXXXX`` is the code point's utf-8; a high surrogate escape right before a low one is
-    the pair's character (as json does), any other surrogate '?' (utf-8 cannot hold it: "replace").
+    its text. ``\\u`` and four hex digits is the code point's utf-8; a high surrogate escape right
+    before a low one is the pair's character (as json does), any other surrogate '?' (utf-8 cannot
+    hold it: "replace").
     Every escape is at least as long as what it stands for, so the texts are rewritten in place.
     """
     follower = a[at + 1]
