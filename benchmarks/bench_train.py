@@ -1,4 +1,4 @@
-"""Training throughput of the supervised methods: queries/s and peak memory per training step.
+"""Training throughput of every method: queries/s and peak memory per training step.
 
     python benchmarks/bench_train.py --quick                 # tiny 2-layer BERT, ~1-2 min on 2 cores
     python benchmarks/bench_train.py                         # all-MiniLM-L6-v2, small scale (minutes)
@@ -17,9 +17,17 @@ batch and pool sizes scaled down by the same factor as the batch (``--batch`` / 
 per-query counts such as DEXML's or UniDEC's hard negatives kept as published), the synthetic
 dataset, the chosen encoder, CPU, fp32, 2 epochs, no validation split.
 
+MACLR and LMTX start from their paper recipes too (MACLR's LF-Amazon-131K, LMTX's LF-Wikipedia-500K),
+scaled the same way: MACLR trains on a dataset of its own (instances with a title and a body, for
+the Inverse Cloze Task), each stage as many steps as two epochs of the others, K0 and M scaled by
+the batch's ratio; LMTX runs one cycle with the deterministic word-overlap judge accepting every
+shortlisted label (the LLM's own speed is the runner's ``judge`` row), so each step is a full batch.
+
 Each method trains in its own process (its peak memory is its own) through its ordinary ``fit``.
 A post-hook on every optimiser's ``step`` marks the end of each training step:
 
+- stages: MACLR's Stage I and Stage II each step an optimiser of their own; each is timed apart
+  (``stages`` in the output, the first stage's figures also at the top);
 - step time: the median interval between consecutive steps (the first step of an epoch also
   carries the epoch's set-up: clustering, shortlists, checkpoints; the median leaves them out);
   queries/s = batch / step time;
@@ -48,32 +56,101 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 RECIPES = Path(__file__).resolve().parents[1] / "xmcbench" / "recipes"
 
-# name -> (paper recipe, paper batch, method overrides given the scale factor s and the label count L)
+
+@dataclass(frozen=True)
+class Shape:
+    """What a method's paper settings are scaled to: the batch over the paper's (``scale``), labels,
+    training queries, and the epochs the epoch-based methods train for."""
+
+    scale: float
+    labels: int
+    train: int
+    batch: int
+    epochs: int
+
+    @property
+    def steps(self) -> int:
+        """Steps of ``epochs`` passes over the training queries: what a step-based method is given."""
+        return self.epochs * -(-self.train // self.batch)
+
+
+@dataclass(frozen=True)
+class Bench:
+    recipe: str  # the paper recipe, under xmcbench/recipes/
+    paper_batch: int | None  # None: read from the recipe
+    overrides: Callable[[Shape], dict]  # method settings at this shape
+    synthetic: dict = field(default_factory=dict)  # what the method's synthetic dataset needs beyond the shared one
+    # the stages a method trains one after the other with an optimiser each (MACLR's Stage I and II),
+    # named as the method's accounting names their batches; () for one optimiser throughout
+    stages: tuple[str, ...] = ()
+    supervised: bool = True
+
+
+def _maclr(x: Shape) -> dict:
+    return {
+        # as many steps in each stage as an epoch-based method takes; one re-clustering half way
+        "stage1_steps": x.steps,
+        "stage2_steps": x.steps,
+        "t_update": max(1, x.steps // 2),
+        "t_k": x.steps,
+        "k0": max(2, min(round(2048 * x.scale), x.train // 4)),  # K0 scaled, a few contexts a cluster at least
+        "label_negatives": max(2, round(32 * x.scale)),  # M scaled like every pool
+        "reuse_pretraining": False,  # a temporary home: nothing to keep
+    }
+
+
+def _lmtx(x: Shape) -> dict:
+    dev = max(8, min(round(800 * x.scale), x.train // 4))
+    return {
+        # the deterministic word-overlap judge: the LLM's own throughput is the runner's ``judge`` row
+        "judge": {"backend": "fake", "cache": False},
+        "shortlist_j": min(10, max(1, x.labels // 4)),
+        "dev_docs": dev,
+        "train_docs": x.train - dev,
+        "max_cycles": 1,
+        "epochs_per_cycle": x.epochs,
+        "threshold": 0.0,  # every shortlisted label a positive: steps of a full batch, whatever the judge says
+    }
+
+
+# name -> the paper recipe and how its settings scale (per-query counts such as DEXML's or UniDEC's
+# hard negatives kept as published)
 METHODS = {
-    "dexml_all": (
+    "dexml_all": Bench(
         "dexml/lf-amazontitles-131k-all-negatives.yaml",
         4096,
-        lambda s, L: {"gradcache_chunk": max(64, round(2048 * s))},  # η scaled; every label in the loss
+        lambda x: {"gradcache_chunk": max(64, round(2048 * x.scale))},  # η scaled; every label in the loss
     ),
-    "dexml_hard": (
+    "dexml_hard": Bench(
         "dexml/lf-amazontitles-1.3m-hard-negatives.yaml",
-        None,  # read from the recipe
-        lambda s, L: {"hard_negative_start_epoch": 0, "refresh_every": 1, "shortlist_k": min(100, L // 4)},
+        None,
+        lambda x: {"hard_negative_start_epoch": 0, "refresh_every": 1, "shortlist_k": min(100, x.labels // 4)},
     ),
-    "unidec": (
+    "unidec": Bench(
         "unidec/lf-amazontitles-131k.yaml",
         576,
-        lambda s, L: {"max_pool_size": max(16, round(1500 * s)), "recluster_every": 1},
+        lambda x: {"max_pool_size": max(16, round(1500 * x.scale)), "recluster_every": 1},
     ),
-    "prime": (
+    "prime": Bench(
         "prime/lf-amazontitles-131k.yaml",
         3200,
-        lambda s, L: {"free_vectors": _power_of_two_below(L // 2), "cluster_start_epoch": 0, "recluster_every": 1},
+        lambda x: {
+            "free_vectors": _power_of_two_below(x.labels // 2),
+            "cluster_start_epoch": 0,
+            "recluster_every": 1,
+        },
     ),
+    # zero-shot: instances with a title and a body (ICT), paraphrasing their labels
+    "maclr": Bench(
+        "maclr.yaml", None, _maclr, synthetic={"paraphrase": True}, stages=("stage1", "stage2"), supervised=False
+    ),
+    "lmtx": Bench("lmtx/lf-wikipedia-500k.yaml", None, _lmtx, supervised=False),
 }
 
 
@@ -85,14 +162,17 @@ def build_recipe(method: str, args, encoder: str) -> tuple[dict, dict]:
     """The method's paper recipe, scaled down to ``args``; returns (recipe dict, what was scaled)."""
     from xmcbench.recipe.load import read_recipe
 
-    path, paper_batch, overrides = METHODS[method]
-    data = read_recipe(RECIPES / path)
-    paper_batch = paper_batch or data["training"]["batch_size"]
+    bench = METHODS[method]
+    data = read_recipe(RECIPES / bench.recipe)
+    paper_batch = _paper_batch(method)
     batch = paper_batch if args.paper_batch else args.batch
-    s = batch / paper_batch
+    shape = Shape(batch / paper_batch, args.labels, _n_train(args), batch, args.epochs)
+    overrides = bench.overrides(shape)
     data["name"] = f"bench-train-{method}"
-    data["dataset"] = {"name": "bench-train", "synthetic": _synthetic(args)}
-    data["method"].update(overrides(s, args.labels))
+    # one dataset for the methods that need nothing more, one of its own for a method that does
+    name = "bench-train" + (f"-{method}" if bench.synthetic else "")
+    data["dataset"] = {"name": name, "synthetic": {**_synthetic(args), **bench.synthetic}}
+    data["method"].update(overrides)
     data["encoder"] = {**data.get("encoder", {}), "name": encoder, "max_length": args.max_length}
     data["encoder"].pop("label_max_length", None)
     data["training"].update(
@@ -102,21 +182,25 @@ def build_recipe(method: str, args, encoder: str) -> tuple[dict, dict]:
     data["hardware"] = {"devices": args.device}
     data.pop("evaluation", None)
     data.pop("expect", None)
-    return data, {"paper_batch": paper_batch, "scale": s, "method_overrides": overrides(s, args.labels)}
+    scaled = {"paper_batch": paper_batch, "scale": shape.scale, "method_overrides": overrides}
+    return data, {**scaled, "supervised": bench.supervised}
+
+
+def _n_train(args) -> int:
+    if args.paper_batch:  # the same dataset for every method: batches of the largest paper batch
+        return args.train_batches * max(_paper_batch(m) for m in args.methods)
+    return args.train
 
 
 def _synthetic(args) -> dict:
-    train = args.train
-    if args.paper_batch:  # the same dataset for every method: batches of the largest paper batch
-        train = args.train_batches * max(_paper_batch(m) for m in args.methods)
-    return {"labels": args.labels, "train": train, "test": 10, "seed": 0}
+    return {"labels": args.labels, "train": _n_train(args), "test": 10, "seed": 0}
 
 
 def _paper_batch(method: str) -> int:
     from xmcbench.recipe.load import read_recipe
 
-    path, paper_batch, _ = METHODS[method]
-    return paper_batch or read_recipe(RECIPES / path)["training"]["batch_size"]
+    bench = METHODS[method]
+    return bench.paper_batch or read_recipe(RECIPES / bench.recipe)["training"]["batch_size"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,51 +220,64 @@ def _reset_peak() -> bool:
 
 
 class StepClock:
-    """Timestamps and peak memory of every optimiser step (the first optimiser seen counts)."""
+    """Timestamps and peak memory of every optimiser step.
+
+    One optimiser is followed at a time: the first that steps. A method with several optimisers
+    stepping together (UniDEC's dense and sparse ones) is timed by the first; a new optimiser that
+    steps once the followed one has stepped twice starts a new stage (MACLR's Stage II), followed
+    from then on.
+    """
 
     def __init__(self, cuda: bool):
 
         self.cuda = cuda
-        self.times: list[float] = []
-        self.peaks_gb: list[float] = []
-        self.start_rss_gb: list[float] = []
+        self.stages: list[dict[str, list[float]]] = []
         self.owner: int | None = None
+        self.seen: set[int] = set()
         self.resets = _reset_peak()
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self.handle = register_optimizer_step_post_hook(self._hook)
 
     def _hook(self, optimizer, args, kwargs) -> None:
-        if self.owner is None:
+        new = id(optimizer) not in self.seen
+        self.seen.add(id(optimizer))
+        if self.owner is None or (new and len(self.stages[-1]["times"]) >= 2):
             self.owner = id(optimizer)
-        if id(optimizer) != self.owner:  # a method with several optimisers steps them together
+            self.stages.append({"times": [], "peaks_gb": [], "start_gb": []})
+        if id(optimizer) != self.owner:
             return
         import torch
 
-        self.times.append(time.perf_counter())
+        stage = self.stages[-1]
+        stage["times"].append(time.perf_counter())
         if self.cuda:
-            self.peaks_gb.append(torch.cuda.max_memory_allocated() / 2**30)
+            stage["peaks_gb"].append(torch.cuda.max_memory_allocated() / 2**30)
             torch.cuda.reset_peak_memory_stats()
-            self.start_rss_gb.append(torch.cuda.memory_allocated() / 2**30)
+            stage["start_gb"].append(torch.cuda.memory_allocated() / 2**30)
         else:
-            self.peaks_gb.append(_rss_kb("VmHWM") / 2**20)
-            self.start_rss_gb.append(_rss_kb("VmRSS") / 2**20)
+            stage["peaks_gb"].append(_rss_kb("VmHWM") / 2**20)
+            stage["start_gb"].append(_rss_kb("VmRSS") / 2**20)
             _reset_peak()
 
-    def summary(self, batch: int) -> dict:
-        gaps = [b - a for a, b in zip(self.times, self.times[1:])]
+    def summary(self, batch: int, stage: int = 0) -> dict:
+        """Step time (the median interval), queries/s at ``batch`` and peak memory of one stage."""
+        if stage >= len(self.stages):
+            return {"steps": 0}
+        times, peaks_gb, start_gb = (self.stages[stage][k] for k in ("times", "peaks_gb", "start_gb"))
+        gaps = [b - a for a, b in zip(times, times[1:])]
         if not gaps:
-            return {"steps": len(self.times)}
+            return {"steps": len(times)}
         step = statistics.median(gaps)
         ordinary = [i + 1 for i, g in enumerate(gaps) if g <= 2 * step]  # steps without epoch set-up
-        peaks = [self.peaks_gb[i] for i in ordinary] or self.peaks_gb[1:]
+        peaks = [peaks_gb[i] for i in ordinary] or peaks_gb[1:]
         return {
-            "steps": len(self.times),
+            "steps": len(times),
             "step_s": step,
             "step_s_mean": statistics.fmean(gaps),
             "queries_per_s": batch / step,
             "peak_step_gb": max(peaks),
-            "resident_at_step_start_gb": min(self.start_rss_gb[i] for i in ordinary) if ordinary else None,
+            "resident_at_step_start_gb": min(start_gb[i] for i in ordinary) if ordinary else None,
             "peak_is_per_step": self.resets or self.cuda,
         }
 
@@ -192,6 +289,7 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
     from xmcbench.train.precision import cpu_bf16_speedup
 
     speedup = cpu_bf16_speedup()
+    stages = METHODS[method].stages
 
     from xmcbench.methods import METHODS as REGISTRY
     from xmcbench.methods.base import RunContext
@@ -203,8 +301,9 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
     recipe = recipe_from_dict(recipe_data)
     ds = ensure_dataset(recipe, progress=False)
     train = ds.labels("train")
-    task = build_train_task(recipe, ds, inv_propensity(train, ds.propensity_a, ds.propensity_b))
     cls = REGISTRY.get(recipe.method.name)
+    with_titles = getattr(cls, "uses_titles", False)
+    task = build_train_task(recipe, ds, inv_propensity(train, ds.propensity_a, ds.propensity_b), with_titles)
     method = cls(recipe.method_config(), recipe)
     cuda = torch.cuda.is_available() and recipe.hardware.devices != "cpu"
     device = "cuda" if cuda else "cpu"
@@ -215,7 +314,12 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
     method.fit(task, ctx)
     fit_s = time.perf_counter() - start
     clock.handle.remove()
-    out = clock.summary(recipe.training.batch_size)
+    if stages:  # the first stage's figures at the top, as for one optimiser; each stage's beside them
+        by_stage = ctx.accounting.get("batch_size_by_stage") or {}
+        out = {"stages": {name: clock.summary(by_stage.get(name, 0), i) for i, name in enumerate(stages)}}
+        out.update(out["stages"][stages[0]])
+    else:
+        out = clock.summary(recipe.training.batch_size)
     out.update(
         fit_s=fit_s,
         pool_size_mean=ctx.accounting.get("pool_size_mean"),

@@ -14,8 +14,9 @@ napkinXC on a subset, extrapolated, and the float32 path for float64), ``metrics
 and peak memory), ``search`` (exact top-100; peers faiss IndexFlatIP and a bare torch matmul),
 ``prepare`` (synthetic LF-AmazonTitles-1.3M shape, then full texts: LF-Amazon-131K's shape, and the
 same with dense JSON escapes; floors zlib and ``gzip -dc``), ``train`` (one
-training step of each supervised method on synthetic inputs, paper recipes scaled down: seconds,
-queries/s, peak memory; and tokenisation next to an epoch), ``authors`` (our DEXML and PRIME steps
+training step of each method on synthetic inputs, paper recipes scaled down: seconds, queries/s,
+peak memory; MACLR's Stage I and Stage II apart, LMTX's bi-encoder step with a word-overlap judge;
+and tokenisation next to an epoch), ``authors`` (our DEXML and PRIME steps
 against the authors' released ones on the same inputs, ``bench_authors.py``; only with their
 checkouts: ``--dexml-repo``, ``--prime-repo`` + ``--deepxml-repo``), ``judge`` (LMTX's smoke judge on its
 smoke data: each document read once for its shortlist vs every prompt read whole), ``embed_groups`` (a training
@@ -54,7 +55,11 @@ QUICK = {
     "judge": {"docs": 4, "labels_per_doc": 3},
     "embed_groups": {"queries": 64, "labels": 150, "encoder": "tiny"},
     "search_gpu": [(1_000, 20_000, 384)],
-    "train_gpu": {"labels": [2_000], "train_batches": 3, "methods": ["dexml_hard", "unidec", "prime", "dexml_all"]},
+    "train_gpu": {
+        "labels": [2_000],
+        "train_batches": 3,
+        "methods": ["dexml_hard", "unidec", "prime", "dexml_all", "maclr", "lmtx"],
+    },
 }
 FULL = {
     "metrics_rows": 200_000,
@@ -74,7 +79,7 @@ FULL = {
     "train_gpu": {
         "labels": [100_000],
         "train_batches": 3,
-        "methods": ["dexml_all", "dexml_hard", "unidec", "prime"],
+        "methods": ["dexml_all", "dexml_hard", "unidec", "prime", "maclr", "lmtx"],
         "method_timeout": 100,
     },
 }
@@ -657,10 +662,21 @@ def _train_steps(cfg, precision: str) -> dict:
     return json.loads(done.stdout[done.stdout.index("{") :])
 
 
+def _stage_results(method: str, m: dict) -> list[tuple[str, str, dict]]:
+    """(row name, what it times, figures) of each stage a method trains with an optimiser of its own
+    (MACLR's Stage I and II); one for every other method."""
+    if "stages" not in m:
+        return [(f"train_{method}", f"{method} training step", m)]
+    return [
+        (f"train_{method}_{stage}", f"{method} {stage} training step", figures)
+        for stage, figures in m["stages"].items()
+    ]
+
+
 def bench_train(cfg) -> list[dict]:
-    """One row per supervised method (seconds per training step; queries/s and peak memory beside it),
-    the same steps under bf16 autocast next to fp32 where the CPU has bf16 instructions, and one
-    row for tokenisation against an epoch of training (``benchmarks/bench_train.py``)."""
+    """One row per method (per stage for MACLR: seconds per training step; queries/s and peak memory
+    beside it), the same steps under bf16 autocast next to fp32 where the CPU has bf16 instructions,
+    and one row for tokenisation against an epoch of training (``benchmarks/bench_train.py``)."""
     from xmcbench.train.precision import cpu_has_bf16_instructions, use_cpu_bf16
 
     t = cfg["train"]
@@ -668,32 +684,39 @@ def bench_train(cfg) -> list[dict]:
     encoder = "tiny 2-layer BERT" if t.get("encoder", "tiny") == "tiny" else Path(r["encoder"]).name
     rows, epochs = [], []
     for method, m in r["methods"].items():
-        work = (
-            f"{method} training step, {r['labels']:,} labels, batch {r['batch']} (paper {m['paper_batch']:,}, "
-            f"pools x{m['scale']:.3g}), {encoder}, CPU"
-        )
+        scaled = f"(paper {m['paper_batch']:,}, pools x{m['scale']:.3g}), {encoder}, CPU"
         if "error" in m or "step_s" not in m:
+            work = f"{method} training step, {r['labels']:,} labels, batch {r['batch']} {scaled}"
             rows.append(row(f"train_{method}", work, float("nan"), None, None, notes=f"failed: {m.get('error')}"))
             continue
-        epochs.append(m["step_s"] * m["n_queries"] / r["batch"])
-        rows.append(
-            row(
-                f"train_{method}",
-                work + f", mean pool {m['pool_size_mean']:.0f} labels" if m.get("pool_size_mean") else work,
-                m["step_s"],
-                "authors' released step: the `authors` rows (checkouts needed)",
-                None,
-                notes=(
-                    f"{m['queries_per_s']:.0f} queries/s; peak RSS per step {m['peak_step_gb']:.2f} GB "
-                    f"(resident at step start {m['resident_at_step_start_gb']:.2f} GB); {m['steps']} steps, "
-                    f"median of intervals; torch threads {m['torch_threads']}"
-                ),
-                queries_per_s=m["queries_per_s"],
-                peak_gb=m["peak_step_gb"],
-                resident_gb=m["resident_at_step_start_gb"],
-                method_overrides=m["method_overrides"],
+        if m.get("supervised", True):  # MACLR and LMTX train by steps and cycles, not epochs of the queries
+            epochs.append(m["step_s"] * m["n_queries"] / r["batch"])
+        for name, what, f in _stage_results(method, m):
+            if "step_s" not in f:
+                rows.append(row(name, what, float("nan"), None, None, notes=f"no steps timed: {f.get('steps', 0)}"))
+                continue
+            batch = round(f["queries_per_s"] * f["step_s"])
+            work = f"{what}, {r['labels']:,} labels, batch {batch} {scaled}"
+            rows.append(
+                row(
+                    name,
+                    work + f", mean pool {m['pool_size_mean']:.0f} labels" if m.get("pool_size_mean") else work,
+                    f["step_s"],
+                    "authors' released step: the `authors` rows (checkouts needed)"
+                    if m.get("supervised", True)
+                    else None,
+                    None,
+                    notes=(
+                        f"{f['queries_per_s']:.0f} queries/s; peak RSS per step {f['peak_step_gb']:.2f} GB "
+                        f"(resident at step start {f['resident_at_step_start_gb']:.2f} GB); {f['steps']} steps, "
+                        f"median of intervals; torch threads {m['torch_threads']}"
+                    ),
+                    queries_per_s=f["queries_per_s"],
+                    peak_gb=f["peak_step_gb"],
+                    resident_gb=f["resident_at_step_start_gb"],
+                    method_overrides=m["method_overrides"],
+                )
             )
-        )
     # Wherever the CPU has bf16 instructions, the bf16 step is measured, used by recipes or not
     # (xmcbench.train.precision decides by its own matmul probe, reported beside it).
     if cpu_has_bf16_instructions():
@@ -703,43 +726,36 @@ def bench_train(cfg) -> list[dict]:
         except subprocess.CalledProcessError as err:  # keep the fp32 rows already measured
             half = {"methods": {m: {"error": (err.stderr or "").strip().splitlines()[-1:]} for m in r["methods"]}}
         for method, m in half["methods"].items():
-            fp32 = r["methods"].get(method, {})
-            if "step_s" not in fp32:
-                continue
-            if "step_s" not in m:
+            fp32 = {name: f for name, _, f in _stage_results(method, r["methods"].get(method, {})) if "step_s" in f}
+            halves = {name: (what, f) for name, what, f in _stage_results(method, m)} if "step_s" in m else {}
+            for name in fp32:
+                what, f = halves.get(name, (f"{method} training step", m))
+                if "step_s" not in f:
+                    notes = f"failed: {m.get('error')}" if "error" in m else f"no steps timed: {f.get('steps', 0)}"
+                    rows.append(row(f"{name}_bf16", f"{what}, bf16", float("nan"), None, None, notes=notes))
+                    continue
                 rows.append(
                     row(
-                        f"train_{method}_bf16",
-                        f"{method} training step, bf16",
-                        float("nan"),
-                        None,
-                        None,
-                        notes=f"failed: {m.get('error')}",
+                        f"{name}_bf16",
+                        f"{what}, bf16 autocast (training.precision: bf16), {encoder}, CPU",
+                        f["step_s"],
+                        "the same step in fp32, same run",
+                        fp32[name]["step_s"],
+                        notes=f"{f['queries_per_s']:.0f} queries/s; peak RSS per step {f['peak_step_gb']:.2f} GB; "
+                        f"bf16 used by recipes here: {used} (matmul probe: bf16 at {m.get('cpu_bf16_speedup') or 0:.2f}x "
+                        "fp32's speed)",
+                        queries_per_s=f["queries_per_s"],
+                        peak_gb=f["peak_step_gb"],
+                        precision=m.get("precision"),
                     )
                 )
-                continue
-            rows.append(
-                row(
-                    f"train_{method}_bf16",
-                    f"{method} training step, bf16 autocast (training.precision: bf16), {encoder}, CPU",
-                    m["step_s"],
-                    "the same step in fp32, same run",
-                    fp32["step_s"],
-                    notes=f"{m['queries_per_s']:.0f} queries/s; peak RSS per step {m['peak_step_gb']:.2f} GB; "
-                    f"bf16 used by recipes here: {used} (matmul probe: bf16 at {m.get('cpu_bf16_speedup') or 0:.2f}x "
-                    "fp32's speed)",
-                    queries_per_s=m["queries_per_s"],
-                    peak_gb=m["peak_step_gb"],
-                    precision=m.get("precision"),
-                )
-            )
     epoch = min(epochs) if epochs else float("nan")
     rows.append(
         row(
             "tokenise",
             f"tokenise {r['texts']:,} texts (train queries + labels), token cache reloaded",
             r["tokenise_load_s"],
-            "one training epoch, fastest method",
+            "one training epoch, fastest supervised method",
             epoch,
             target="cached: <= 5% of an epoch",
             met=bool(r["tokenise_load_s"] <= 0.05 * epoch) if epochs else None,
@@ -774,35 +790,37 @@ def bench_train_gpu(cfg, tokenizer: str) -> list[dict]:
             continue
         r = json.loads(out.read_text())
         for method, m in r["methods"].items():
-            name = f"train_gpu_{method}_{n_labels // 1000}k"
-            work = (
-                f"{method} training step, {n_labels:,} labels, batch {m.get('paper_batch')}, DistilBERT shape, "
-                f"bf16, {m.get('gpu', 'GPU')}"
-            )
-            if "step_s" not in m:
-                rows.append(row(name, work, float("nan"), None, None, notes=f"failed: {m.get('error')}"))
-                continue
-            rows.append(
-                row(
-                    name,
-                    work + (f", mean pool {m['pool_size_mean']:.0f} labels" if m.get("pool_size_mean") else ""),
-                    m["step_s"],
-                    "xmcbench plan's step estimate (authors' step: the `authors` rows, on a CPU)",
-                    m.get("plan_step_s"),
-                    notes=f"{m['queries_per_s']:.0f} queries/s; peak GPU memory per step {m['peak_step_gb']:.2f} GiB "
-                    f"(allocated at step start {m['resident_at_step_start_gb']:.2f} GiB); plan "
-                    f"{m.get('plan_gb', float('nan')):.2f} GB {m.get('plan_error', '')}; "
-                    f"tokenise {r.get('tokenise_build_s', float('nan')):.1f} s build, "
-                    f"{r.get('tokenise_load_s', float('nan')):.2f} s load",
-                    queries_per_s=m["queries_per_s"],
-                    peak_gb=m["peak_step_gb"],
-                    plan_gb=m.get("plan_gb"),
-                    plan_memory_gb=m.get("plan_memory_gb"),
-                    recipe=m.get("recipe"),
-                    text_lengths=m.get("text_lengths"),
-                    steps=m["steps"],
+            k = f"{n_labels // 1000}k"
+            for stage_name, what, f in _stage_results(method, m) if "step_s" in m else [(f"train_{method}", "", m)]:
+                name = f"train_gpu_{stage_name.removeprefix('train_')}_{k}"
+                work = (
+                    f"{what or method + ' training step'}, {n_labels:,} labels, batch {m.get('paper_batch')}, "
+                    f"DistilBERT shape, bf16, {m.get('gpu', 'GPU')}"
                 )
-            )
+                if "step_s" not in f:
+                    rows.append(row(name, work, float("nan"), None, None, notes=f"failed: {m.get('error')}"))
+                    continue
+                rows.append(
+                    row(
+                        name,
+                        work + (f", mean pool {m['pool_size_mean']:.0f} labels" if m.get("pool_size_mean") else ""),
+                        f["step_s"],
+                        "xmcbench plan's step estimate (authors' step: the `authors` rows, on a CPU)",
+                        m.get("plan_step_s"),
+                        notes=f"{f['queries_per_s']:.0f} queries/s; peak GPU memory per step {f['peak_step_gb']:.2f} GiB "
+                        f"(allocated at step start {f['resident_at_step_start_gb']:.2f} GiB); plan "
+                        f"{m.get('plan_gb', float('nan')):.2f} GB {m.get('plan_error', '')}; "
+                        f"tokenise {r.get('tokenise_build_s', float('nan')):.1f} s build, "
+                        f"{r.get('tokenise_load_s', float('nan')):.2f} s load",
+                        queries_per_s=f["queries_per_s"],
+                        peak_gb=f["peak_step_gb"],
+                        plan_gb=m.get("plan_gb"),
+                        plan_memory_gb=m.get("plan_memory_gb"),
+                        recipe=m.get("recipe"),
+                        text_lengths=m.get("text_lengths"),
+                        steps=f["steps"],
+                    )
+                )
     return rows
 
 

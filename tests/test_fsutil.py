@@ -26,6 +26,17 @@ def test_atomic_write_leaves_no_temp_on_error(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
 
 
+def test_a_failed_write_names_the_file_it_was_for(tmp_path):
+    """ENOSPC from write() carries no file name; the error says which file could not be written."""
+    import errno
+
+    target = tmp_path / "manifest.json"
+    with pytest.raises(OSError) as info, atomic_output(target):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert info.value.filename == str(target) and info.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_json_is_strict(tmp_path):
     with pytest.raises(XmcbenchError, match="invalid JSON"):
         write_json(tmp_path / "x.json", {"a": float("inf")})

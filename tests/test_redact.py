@@ -58,3 +58,22 @@ def test_publishable_cuts_file_urls_and_paths_with_spaces(text, published):
     from xmcbench.redact import publishable
 
     assert publishable(text) == published
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("HTTPS://u:pw123456@host/x", "https://***@host/x"),  # any case
+        ("ftp://u:ftppw9876@host/y", "ftp://***@host/y"),  # any scheme
+        ("s3://AKIA:sec12345@bucket/k", "s3://***@bucket/k"),
+        ("postgresql://u:pw@db:5432/x", "postgresql://***@db:5432/x"),
+        ("https://u:pw#123456@host/x", "https://***@host/x"),  # a raw # / ? in the password ends no host
+        ("https://u:pw/123456@host/x", "https://***@host/x"),
+        ("https://u:pw?123456@host/x", "https://***@host/x"),
+        ("https://TOKEN123456@github.com/o/r", "https://***@github.com/o/r"),
+        ("https://medium.com/@user/post", "https://medium.com/@user/post"),  # an @ in a path is no password
+        ("hf://org/model@rev", "hf://org/model@rev"),
+    ],
+)
+def test_credentials_in_any_url_are_masked(text, masked):
+    assert redact(f"mirror {text} or") == f"mirror {masked} or"

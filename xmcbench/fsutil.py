@@ -79,8 +79,10 @@ def atomic_output(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a failed write() names no file: this one
+            exc.filename = str(path)
         raise
     fsync_path(path.parent)
 

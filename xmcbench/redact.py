@@ -18,7 +18,10 @@ from typing import Any
 MASK = "***"
 _SECRET_NAME = re.compile(r"(token|key|secret|sig|signature|auth|password|passwd|credential)", re.I)
 _HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{8,}")
-_URL = re.compile(r"https?://[^\s'\"]+")
+# any scheme, any case (HTTPS://, s3://, postgresql://): credentials look the same in all of them
+_URL = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
+_PATH_PARAM = re.compile(r";([^;=/]+)=([^;/]*)")
+_USER_COLON = re.compile(r"[\w.%+~-]+:")  # "user:" opening a userinfo
 # an absolute local path (/… or ~/…) standing on its own: not inside a URL (after ":" or "/"), nor
 # the middle of a word or fraction ("A/B", "1/2"); it ends at white space, quotes or brackets
 _LOCAL_PATH = re.compile(r"(?<![\w:/.~-])(?<!<local>)~?/[^\s'\"`<>()\[\]{},;|/][^\s'\"`<>()\[\]{},;|]*")
@@ -38,14 +41,28 @@ def _env_secrets() -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+def _mask_userinfo(url: str) -> str:
+    """``url`` with everything between ``://`` and the host's ``@`` masked. A password may hold a raw
+    ``/``, ``?`` or ``#`` (``https://u:pw/12@host``), which ends the host for a URL parser: after a
+    ``user:``, the last ``@`` ends the userinfo."""
+    scheme, _, rest = url.partition("://")
+    host_end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    if "@" in rest[:host_end]:
+        at = rest.rfind("@", 0, host_end)
+    elif _USER_COLON.match(rest) and "@" in rest:
+        at = rest.rfind("@")
+    else:
+        return url
+    return f"{scheme}://{MASK}{rest[at:]}"
+
+
 def _fix_url(match: re.Match) -> str:
+    url = _mask_userinfo(match.group(0))
     try:
-        parts = urllib.parse.urlsplit(match.group(0))
+        parts = urllib.parse.urlsplit(url)
     except ValueError:  # not a URL after all (e.g. an unbalanced IPv6 bracket)
-        return match.group(0)
+        return url
     netloc = parts.netloc
-    if "@" in netloc:
-        netloc = MASK + "@" + netloc.rsplit("@", 1)[1]
     query = urllib.parse.urlencode(
         [
             (k, MASK if _SECRET_NAME.search(k) else v)
@@ -53,7 +70,9 @@ def _fix_url(match: re.Match) -> str:
         ],
         safe="*",
     )
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+    # ;key=value path parameters hold secrets as queries do
+    path = _PATH_PARAM.sub(lambda m: f";{m[1]}={MASK}" if _SECRET_NAME.search(m[1]) else m[0], parts.path)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, path=path, query=query))
 
 
 def redact(text: str) -> str:

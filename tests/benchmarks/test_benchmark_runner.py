@@ -15,7 +15,13 @@ TINY = {
     "big_rows": 500,
     "search": (40, 600, 16),
     "prepare_scale": 0.0002,
-    "train": {"labels": 60, "train": 128, "batch": 16, "encoder": "tiny", "methods": ["dexml_all", "unidec"]},
+    "train": {
+        "labels": 60,
+        "train": 128,
+        "batch": 16,
+        "encoder": "tiny",
+        "methods": ["dexml_all", "unidec", "maclr", "lmtx"],
+    },
     "judge": {"docs": 1, "labels_per_doc": 3, "model": QWEN_05B},
 }
 
@@ -56,6 +62,9 @@ def test_quick_runner_writes_every_row(tmp_path, capsys, monkeypatch):
         "prepare_full_text_escaped",
         "train_dexml_all",
         "train_unidec",
+        "train_maclr_stage1",
+        "train_maclr_stage2",
+        "train_lmtx",
         "tokenise",
         "judge",
     ):
@@ -68,13 +77,16 @@ def test_quick_runner_writes_every_row(tmp_path, capsys, monkeypatch):
         if r["peer_s"] is not None and r["peer_s"] == r["peer_s"]:  # not NaN
             assert abs(r["ratio"] - r["xmcbench_s"] / r["peer_s"]) < 1e-9
     train = {r["name"]: r for r in saved["rows"]}
-    for name in ("train_dexml_all", "train_unidec"):  # a step took time, memory was read, pools were scaled
+    trained = ("train_dexml_all", "train_unidec", "train_maclr_stage1", "train_maclr_stage2", "train_lmtx")
+    for name in trained:  # a step took time, memory was read, pools were scaled
         assert train[name]["queries_per_s"] > 0 and train[name]["peak_gb"] > 0.05
+    # MACLR's stages train batches of their own pairs: 16 ICT pairs, then 16 pseudo pairs a step
+    assert "batch 16" in train["train_maclr_stage1"]["work"] and "batch 16" in train["train_maclr_stage2"]["work"]
     assert train["tokenise"]["tokenise_build_s"] > 0 and train["tokenise"]["peer_s"] > 0
     from xmcbench.train.precision import cpu_has_bf16_instructions
 
     if cpu_has_bf16_instructions():  # bf16 instructions: the bf16 step is measured beside fp32, used or not
-        for name in ("train_dexml_all", "train_unidec"):
+        for name in trained:
             half = train[f"{name}_bf16"]
             assert half["peer_s"] == train[name]["xmcbench_s"] and half["queries_per_s"] > 0
             assert half["precision"] == "bf16"

@@ -92,8 +92,8 @@ def test_markdown_and_ci(files):
     md = runner.invoke(app, base + ["--format", "markdown"])
     assert md.exit_code == 0, md.output
     assert "| metric | @1 |" in md.output and "| P |" in md.output
-    got = _json(runner.invoke(app, base + ["--format", "json", "--ci", "--n-boot", "50", "--seed", "3"]))
-    expected = evaluate_with_ci(files["pred"], files["truth"], k=1, n_boot=50, seed=3)
+    got = _json(runner.invoke(app, base + ["--format", "json", "--ci", "--n-boot", "100", "--seed", "3"]))
+    expected = evaluate_with_ci(files["pred"], files["truth"], k=1, n_boot=100, seed=3)
     assert got == {name: [round(x, 4) for x in v] for name, v in expected.items()}
 
 
@@ -149,7 +149,7 @@ def test_threads_reach_the_ranking_and_leave_the_scores_alone(files, monkeypatch
     monkeypatch.setattr(module, "rank_truth_in_blocks", lambda *a, **kw: asked.append(kw["blocks"]) or real(*a, **kw))
     d = files["dir"]
     base = ["evaluate", "-p", str(d / "pred.npz"), "-t", str(d / "tst.txt"), "--format", "json"]
-    base += ["--ci", "--n-boot", "20"] if ci else []
+    base += ["--ci", "--n-boot", "100"] if ci else []
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     one = _json(runner.invoke(app, base))
     three = _json(runner.invoke(app, [*base, "--threads", "3"]))

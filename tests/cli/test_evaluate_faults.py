@@ -165,7 +165,7 @@ def test_huge_k_is_exact_and_json_is_strict(d):
     w = inv_propensity(sp.csr_matrix(np.eye(4, 5, dtype=np.float32)), 0.55, 1.5)
     expected = evaluate(PRED, TRUTH, k=(1, huge), inv_propensity=w)
     assert got == {name: round(value, 4) for name, value in expected.items()}
-    ci = invoke("-p", d / "pred.npz", "-t", d / "truth.npz", "--k", str(huge), "--ci", "--n-boot", "20")
+    ci = invoke("-p", d / "pred.npz", "-t", d / "truth.npz", "--k", str(huge), "--ci", "--n-boot", "100")
     assert ci.exit_code == 0 and f"@{huge}" in ci.output
 
 

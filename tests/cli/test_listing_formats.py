@@ -68,6 +68,7 @@ def test_runs_list_formats(db):
             "created_at": rows[0]["created_at"],
         }
     ]
+    assert rows[0]["created_at"].endswith("+00:00")  # UTC, said: the database keeps times without an offset
     table = list(csv.DictReader(io.StringIO(_ok(["runs", "list", "--db", str(db), "--format", "csv"]))))
     assert table[0]["run_id"] == RUN_ID and table[0]["P@1"] == "41.25"
     assert f"| {RUN_ID} |" in _ok(["runs", "list", "--db", str(db), "--format", "markdown"])

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,18 @@ def test_packaged_model_resolves_to_a_folder():
     path = resolve_model_path("all-MiniLM-L6-v2")
     assert path.endswith("model") and (__import__("pathlib").Path(path) / "config.json").exists()
     assert resolve_model_path("some-org/unknown-model") == "some-org/unknown-model"
+
+
+def test_a_path_that_is_no_model_folder_says_so(tmp_path):
+    """A path is never a Hub id: a missing folder or a file is said to be one, not "Repo id must be..."."""
+    from xmcbench.encoders.text_encoder import resolve_model_path
+
+    for name in (str(tmp_path / "nope"), "./no-such-model", "~/no/such/model", "a/b/c"):
+        with pytest.raises(XmcbenchError, match=f"encoder {re.escape(name)} does not exist; give a folder"):
+            resolve_model_path(name)
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(XmcbenchError, match="is a file, not a model folder"):
+        resolve_model_path(str(tmp_path / "weights.bin"))
 
 
 def test_unknown_model_offline_is_a_clear_error(monkeypatch):

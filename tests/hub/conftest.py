@@ -69,7 +69,7 @@ def trained(tmp_path_factory, tiny_encoder_dir):
                 f"method: {yaml}\n"
                 f"encoder: {{name: '{tiny_encoder_dir}', max_length: 16}}\n"
                 "training: {epochs: 1, batch_size: 32, lr: 0.001, warmup_ratio: 0.0}\n"
-                "evaluation: {k: [1, 5], top_k: 10, bootstrap: 20}\n"
+                "evaluation: {k: [1, 5], top_k: 10, bootstrap: 100}\n"
                 "hardware: {devices: cpu}\n"
             )
             result = run_recipe(load_recipe(path), runs_dir=root / "runs", db=root / "db.duckdb", progress=False)

@@ -70,6 +70,18 @@ def test_card_front_matter_and_body(monkeypatch):
     assert FAKE_TOKEN not in card  # a token in the recipe text is masked
 
 
+def test_a_card_compares_only_with_a_published_row_of_the_runs_setting():
+    """A zero-shot or few-shot run is not a full-supervision row's reproduction, nor a run on part of
+    the test set anyone's: the card then compares with nothing (DEXML has no zero-shot row)."""
+    from xmcbench.hub.card import published_comparison
+
+    assert published_comparison(RECORD)[0]["table"] == "Table 2"
+    for task in ({"supervision": "zero_shot"}, {"supervision": "few_shot", "label_fraction": 0.1}):
+        assert published_comparison({**RECORD, "task": {**RECORD["task"], **task}}) == (None, [])
+    partial = {**RECORD, "task": {**RECORD["task"], "n_queries_evaluated": 500}}
+    assert published_comparison(partial) == (None, [])
+
+
 def test_card_helpers():
     assert metric_type("nDCG@5") == "ndcg_at_5" and metric_type("PSP@3") == "psp_at_3"
     assert base_model("hf://quicktensor/dexml_eurlex-4k@abc") == "quicktensor/dexml_eurlex-4k"

@@ -102,6 +102,19 @@ def test_missing_model_files(hub, run_copy, method, missing):
     assert hub.requests == [] and xh.pushes(run_dir) == []
 
 
+@pytest.mark.parametrize(
+    "damage", [lambda r: r.pop("model"), lambda r: r["model"].pop("method"), lambda r: r.update(task=[])]
+)
+def test_a_record_without_its_model_or_task_is_one_line(hub, run_copy, damage):
+    run_dir = run_copy("prime")
+    record = json.loads((run_dir / "record.json").read_text())
+    damage(record)
+    (run_dir / "record.json").write_text(json.dumps(record))
+    with pytest.raises(XmcbenchError) as exc:
+        xh.push_run(run_dir, "tester/x", dry_run=True)
+    assert "the run record is damaged; run the recipe again" in _one_line(exc)
+
+
 @pytest.mark.parametrize("revision", ["bad branch", "a..b", "x.lock", "-x"])
 def test_invalid_revision(hub, run_copy, revision):
     run_dir = run_copy("dexml")

@@ -60,8 +60,16 @@ def test_a_reply_that_is_not_json_says_so():
         {"choices": [{"logprobs": {"content": [{"top_logprobs": [{"token": "Yes"}]}]}}]},
         {"choices": [{"logprobs": {"content": [{"top_logprobs": [{"token": "Yes", "logprob": None}]}]}}]},
         {"choices": [{"logprobs": {"content": [{"top_logprobs": [{"token": "Yes", "logprob": float("nan")}]}]}}]},
+        {"choices": [{"logprobs": {"content": [{"top_logprobs": [{"token": "Yes", "logprob": 5.0}]}]}}]},
     ],
-    ids=["choice-not-an-object", "content-not-objects", "no-logprob", "null-logprob", "nan-logprob"],
+    ids=[
+        "choice-not-an-object",
+        "content-not-objects",
+        "no-logprob",
+        "null-logprob",
+        "nan-logprob",
+        "positive-logprob",
+    ],
 )
 def test_a_reply_of_the_wrong_shape_is_one_clear_error_never_a_guess(reply):
     with JudgeServer(_score, reply_json=reply) as srv, pytest.raises(JudgeError, match="cannot read"):
@@ -119,7 +127,12 @@ def test_a_key_that_cannot_be_a_header_is_refused_without_showing_it():
 
 @pytest.mark.parametrize(
     "url",
-    ["http://user:hunter2secret@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1?api_key=hunter2secret"],
+    [
+        "http://user:hunter2secret@127.0.0.1:8000/v1",
+        "http://127.0.0.1:8000/v1?api_key=hunter2secret",
+        "http://127.0.0.1:8000/v1;key=hunter2secret",
+        "HTTP://user:hunter2secret@127.0.0.1:8000/v1",
+    ],
 )
 def test_a_base_url_carrying_a_secret_is_refused_masked(url):
     # the base URL is the recorded revision and part of the cache's model key

@@ -203,15 +203,23 @@ def test_edge_cases_have_no_nan():
             loss.backward()
             assert loss.item() == 0.0 and torch.all(s.grad == 0)
             s.grad = None
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "softmax"])
+def test_padding_columns_change_nothing(reduction):
+    """A -inf column is padding, never a negative: every reduction gives the value and gradient it
+    gives without it, row 1 (every label a positive) included, which padding must not make a row."""
     scores, targets = random_pool(5)
-    targets[1, 0] = False  # every row keeps a real negative, so padding adds no new row
+    plain = scores.clone().requires_grad_(True)
+    base = dynamic_margin_triplet_pool_loss(plain, targets, reduction=reduction)
+    base.backward()
     padded = torch.cat([scores, torch.full((5, 2), float("-inf"), dtype=scores.dtype)], dim=1).requires_grad_(True)
     padded_t = torch.cat([targets, torch.zeros(5, 2, dtype=torch.bool)], dim=1)
-    loss = pool_loss(padded, padded_t, temperature=0.1)
+    loss = dynamic_margin_triplet_pool_loss(padded, padded_t, reduction=reduction)
     loss.backward()
-    assert torch.isfinite(loss) and torch.isfinite(padded.grad).all()
-    # With re-weighting, padding negatives never violate, so they get no weight: same value as without.
-    assert loss.item() == pytest.approx(pool_loss(scores, targets, temperature=0.1).item(), rel=1e-12)
+    assert loss.item() == pytest.approx(base.item(), rel=1e-12)
+    assert torch.isfinite(padded.grad).all() and torch.all(padded.grad[:, -2:] == 0)
+    torch.testing.assert_close(padded.grad[:, :-2], plain.grad, rtol=1e-12, atol=1e-15)
 
 
 def test_permutation_invariance():

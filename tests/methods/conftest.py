@@ -28,7 +28,7 @@ def tiny_recipe(tmp_path, tiny_encoder_dir):
             f"encoder: {{name: '{tiny_encoder_dir}', max_length: 16}}\n"
             f"training: {{epochs: {epochs}, batch_size: {batch_size}, lr: 0.001, warmup_ratio: 0.0, "
             f"precision: {precision}}}\n"
-            f"evaluation: {{k: [1, 5], top_k: 10, bootstrap: 20}}\n"
+            f"evaluation: {{k: [1, 5], top_k: 10, bootstrap: 100}}\n"
             f"hardware: {{devices: cpu}}\n" + extra
         )
         return load_recipe(path)

@@ -33,7 +33,7 @@ def write_recipe(folder, encoder_dir, method_yaml: str, epochs: int):
         f"method: {method_yaml}\n"
         f"encoder: {{name: '{encoder_dir}', max_length: 16}}\n"
         f"training: {{epochs: {epochs}, batch_size: 32, lr: 0.001, warmup_ratio: 0.0}}\n"
-        "evaluation: {k: [1, 5], top_k: 10, bootstrap: 20}\n"
+        "evaluation: {k: [1, 5], top_k: 10, bootstrap: 100}\n"
         "hardware: {devices: cpu}\n"
     )
     return load_recipe(path)

@@ -149,6 +149,23 @@ def test_rows_ranked_in_blocks_on_threads_give_the_same_bits(problem, monkeypatc
     assert with_ci == evaluate_with_ci(predictions, problem.truth, threads=1, n_boot=20, **args)
 
 
+def test_a_metric_is_the_same_bits_whichever_other_k_are_asked_for():
+    """nDCG@20 asked alone and beside k = 2, 7 is one number: sums over ranks are not continued from
+    a smaller k's (that groups the additions otherwise and moved the last bit in half the seeds)."""
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        scores = rng.standard_normal((200, 40)).astype(np.float32)
+        truth = sp.csr_matrix((rng.random((200, 40)) < 0.3).astype(np.float32))
+        w = rng.random(40) * 3 + 1
+        alone = evaluate(scores, truth, k=20, inv_propensity=w)
+        beside = evaluate(scores, truth, k=(2, 7, 20), inv_propensity=w)
+        assert {m: beside[m] for m in alone} == alone
+        _, num_alone, _ = components(scores, truth, k=20, inv_propensity=w)
+        names, num_beside, _ = components(scores, truth, k=(2, 7, 20), inv_propensity=w)
+        at_20 = [j for j, name in enumerate(names) if name.endswith("@20")]
+        np.testing.assert_array_equal(num_beside[:, at_20], num_alone)
+
+
 def test_blocks_split_rows_by_predictions_and_cover_every_row(problem):
     from xmcbench.metrics import rank_truth
     from xmcbench.metrics.ranking import rank_truth_in_blocks

@@ -195,3 +195,23 @@ def test_an_include_may_start_at_the_home_folder(tmp_path, monkeypatch):
     write(tmp_path / "home", "base.yaml", "dataset: {name: synth-x, synthetic: {labels: 50, train: 100, test: 20}}\n")
     recipe, problems = check_recipe(write(tmp_path, "r.yaml", "include: ~/base.yaml\nname: t\nmethod: {name: tfidf}\n"))
     assert problems == [] and recipe.dataset.name == "synth-x"
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("training.epochs.x=3", "training.epochs"),  # made a section where a number goes
+        ("expect.P@1=30", "expect"),  # a floor is checked with the others, at expect
+        ("supervision.mode=few_shot", "supervision"),  # now the section lacks label_fraction
+    ],
+)
+def test_an_override_inside_the_problems_key_is_named_as_its_cause(tmp_path, override, key):
+    path = write(tmp_path, "r.yaml", BASE + "expect: {P@5: '>= 1'}\n")
+    _, problems = check_recipe(path, ["training.lr=0.001", override])
+    assert [(p.key, p.file) for p in problems] == [(key, f"--set {override}")]
+
+
+def test_a_problem_the_file_has_without_the_override_stays_the_files(tmp_path):
+    path = write(tmp_path, "r.yaml", BASE + "expect: {P@1: 30}\nevaluation: {top_k: 5}\n")
+    _, problems = check_recipe(path, ["expect.P@5=>= 1", "evaluation.bootstrap=0"])
+    assert {p.key: p.file for p in problems} == {"expect": str(path), "evaluation": str(path)}

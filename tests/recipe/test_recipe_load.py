@@ -133,3 +133,68 @@ def test_any_bytes_are_a_recipe_or_a_list_of_problems(tmp_path, raw):
     path.write_bytes(raw)
     recipe, problems = check_recipe(path)
     assert recipe is None and problems
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "base: &b {x: 1, y: 2}\nm: {<<: *b, x: 3}\n",  # the mapping's own key wins
+        "b: &b {x: 1}\nc: &c {x: 2, y: 2}\nm: {<<: [*b, *c], z: 3}\n",  # the first merged mapping wins
+        "a: &a {x: 1}\nc: {<<: &b {<<: *a, x: 2}, z: 3}\nd: *b\n",  # merged inline, then used again
+        "=: 1\n",
+    ],
+)
+def test_merge_keys_read_as_safe_load_reads_them(tmp_path, text):
+    import yaml
+
+    from xmcbench.recipe.load import parse_yaml
+
+    (tmp_path / "r.yaml").write_text(text)
+    assert parse_yaml(tmp_path / "r.yaml") == yaml.safe_load(text)
+
+
+def test_a_recipe_with_merge_keys_validates(tmp_path):
+    (tmp_path / "r.yaml").write_text(
+        "name: t\ndataset: {name: synth-x, synthetic: {labels: 50, train: 100, test: 20}}\n"
+        "method:\n  <<: {name: tfidf, ngram_max: 1}\n  ngram_max: 2\n"
+    )
+    recipe, problems = check_recipe(tmp_path / "r.yaml")
+    assert problems == [] and recipe.method_config().ngram_max == 2
+
+
+def test_x_keys_hold_anchors_and_are_ignored(tmp_path):
+    """An anchor needs a key to live under; a top-level x- key is one the schema does not refuse."""
+    (tmp_path / "r.yaml").write_text(
+        "x-method: &m {name: tfidf, ngram_max: 1}\nname: t\n"
+        "dataset: {name: synth-x, synthetic: {labels: 50, train: 100, test: 20}}\n"
+        "method: {<<: *m, ngram_max: 2}\n"
+    )
+    recipe, problems = check_recipe(tmp_path / "r.yaml")
+    assert problems == [] and recipe.method_config().ngram_max == 2
+    (tmp_path / "r.yaml").write_text("y-method: 1\nname: t\nmethod: {name: tfidf}\n")
+    _, problems = check_recipe(tmp_path / "r.yaml")
+    assert [p.key for p in problems if "unknown" in p.message] == ["y-method"]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("b: &b {x: 1}\nm: {<<: *b, y: 1, y: 2}\n", "duplicate key 'y'"),  # explicit keys stay unique
+        ("m: {<<: {x: 1, x: 2}}\n", "duplicate key 'x'"),  # so do a merged mapping's own
+        ("a: &a {<<: *a}\n", "a mapping merges itself"),
+        ("m: {<<: 3}\n", "expected a mapping or list of mappings for merging"),
+    ],
+)
+def test_merge_keys_do_not_hide_a_mistake(tmp_path, text, expected):
+    (tmp_path / "r.yaml").write_text(text)
+    assert expected in problems_of(tmp_path / "r.yaml")
+
+
+def test_a_merge_key_bomb_is_refused(tmp_path):
+    """Each level merges the one below ten times: 10**9 pairs once merged, refused before merging."""
+    lines = ["a0: &a0 {" + ", ".join(f"k{j}: {j}" for j in range(10)) + "}"]
+    lines += [f"a{i}: &a{i} {{<<: [{', '.join([f'*a{i - 1}'] * 10)}]}}" for i in range(1, 9)]
+    (tmp_path / "r.yaml").write_text("\n".join(lines) + "\n")
+    start = time.perf_counter()
+    assert "merge keys (<<) expand to more than" in problems_of(tmp_path / "r.yaml")
+    assert time.perf_counter() - start < 30  # generous: never a speed test

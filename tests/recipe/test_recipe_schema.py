@@ -2,6 +2,7 @@
 
 import pytest
 
+from xmcbench.recipe.schema import MIN_BOOTSTRAP
 from xmcbench.run import check_recipe
 
 BASE = {
@@ -92,3 +93,37 @@ def test_an_exponent_yaml_reads_as_text_gets_the_number_to_write(tmp_path):
     messages = {p.key: p.message for p in problems}
     assert messages["training.epochs"] == "1e3 is read as text by YAML; write it as 1000"
     assert "valid integer" in messages["training.batch_size"]
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("true", "not true/false"),
+        ("false", "not true/false"),
+        ("1", "too few resamples (1) for a 95% interval"),
+        ("99", "too few resamples (99)"),
+    ],
+)
+def test_bootstrap_is_none_or_enough_resamples_for_an_interval(tmp_path, value, words):
+    """`bootstrap: 1` (or `true`, read as 1) printed a "95% CI" of one resample: lo = hi, beside the estimate."""
+    _, problems = check(tmp_path, evaluation=f"{{bootstrap: {value}}}")
+    (problem,) = problems
+    assert problem.key == "evaluation.bootstrap" and words in problem.message
+    assert f"0 for no intervals, or {MIN_BOOTSTRAP} or more" in problem.message
+
+
+@pytest.mark.parametrize("value", [0, MIN_BOOTSTRAP, 1000])
+def test_bootstrap_zero_or_at_least_the_minimum_is_accepted(tmp_path, value):
+    recipe, problems = check(tmp_path, evaluation=f"{{bootstrap: {value}}}")
+    assert problems == [] and recipe.evaluation.bootstrap == value
+
+
+def test_a_recorded_run_with_few_resamples_still_loads(tmp_path):
+    """The minimum is asked of a recipe about to run; a run recorded (or a model published) with
+    fewer resamples before it existed must still resume and load."""
+    from xmcbench.run import recipe_from_dict
+
+    recipe, _ = check(tmp_path)
+    recorded = recipe.resolved()
+    recorded["evaluation"]["bootstrap"] = 20
+    assert recipe_from_dict(recorded).evaluation.bootstrap == 20

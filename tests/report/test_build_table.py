@@ -133,6 +133,28 @@ def test_mixed_dataset_versions_are_refused_then_selectable(store, run_record):
     assert table.setting["dataset_version"] == "def456"
 
 
+def test_the_overview_and_the_site_keep_the_newest_setting_and_say_what_they_left_out(store, run_record):
+    """One column of the overview never mixes dataset versions (the best P@1 of either would pass
+    for the dataset's): the newest run's setting is kept, and a note says how many runs were not.
+    The site's dataset page (no flags to choose with) does the same; the table command refuses."""
+    from xmcbench.report.table import build_overview
+
+    store.ingest_record(run_record("r-v2", "tfidf", {"P@1": 31.0}, minute=30, dataset_version="def456"), None)
+    overview = build_overview(store)
+    tfidf = next(row for row in overview.rows if row["method"] == "tfidf" and row["source"] == "reproduced")
+    assert tfidf[DATASET] == 31.0  # the new version's run, not the old version's (whatever its P@1)
+    dexml = [row for row in overview.rows if row["method"] == "dexml" and row["source"] == "reproduced"]
+    assert dexml == []  # its runs were all made on the old version
+    assert any(
+        f"{DATASET}: 3 run(s) made under another setting (dataset version abc123" in note for note in overview.notes
+    )
+    page = build_table(store, DATASET, curated=True, newest_setting=True)
+    assert [r["source"] for r in page.rows if r["kind"] == "reproduced"] == ["r-v2"]
+    assert any("made under another setting" in note for note in page.notes)
+    with pytest.raises(XmcbenchError, match=r"\(2 configurations \(best run of each\)\).*\(1 configurations"):
+        build_table(store, DATASET)
+
+
 def test_mixed_propensity_is_refused_then_selectable(store, run_record):
     store.ingest_record(
         run_record("r-ab", "tfidf", {"P@1": 31.0}, minute=30, propensity_a=0.55, propensity_b=1.5), None

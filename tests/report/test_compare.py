@@ -204,6 +204,16 @@ def test_a_metric_only_one_run_reports_is_named_not_dropped_silently(tmp_path, s
     record["scores"] = [s for s in record["scores"] if s["name"] != "P@1"]
     write_record(tmp_path / "run-b", record)
     store.ingest_record(record, tmp_path / "run-b")
-    result = CliRunner().invoke(app, ["compare", "run-a", "run-b", "--db", str(store.path), "--n-boot", "50"])
+    result = CliRunner().invoke(app, ["compare", "run-a", "run-b", "--db", str(store.path), "--n-boot", "100"])
     assert result.exit_code == 0, result.output
     assert "not compared, reported by one run only: P@1" in result.stderr
+
+
+def test_a_damaged_predictions_file_says_to_run_again_not_to_resave_it(tmp_path, store, dataset):
+    truth = dataset.labels("test")
+    _run(tmp_path, store, "run-a", dataset, _predictions(truth, 0.5, seed=3))
+    _run(tmp_path, store, "run-b", dataset, _predictions(truth, 0.5, seed=4))
+    (tmp_path / "run-b" / PREDICTIONS_FILE).write_bytes(b"PK\x03\x04 cut short")
+    with pytest.raises(XmcbenchError, match=r"run run-b's predictions cannot be read .*run the recipe again") as info:
+        compare_runs(store, "run-a", "run-b", n_boot=10)
+    assert "save_npz" not in str(info.value)

@@ -96,7 +96,7 @@ def _real_runs(tmp: Path, encoder: str, db: Path) -> None:
             f"method: {method}\n"
             f"encoder: {{name: '{encoder}', max_length: 16}}\n"
             f"training: {{epochs: {epochs}, batch_size: 32, lr: 0.001, warmup_ratio: 0.0}}\n"
-            "evaluation: {k: [1, 5], top_k: 10, bootstrap: 20}\n"
+            "evaluation: {k: [1, 5], top_k: 10, bootstrap: 100}\n"
             "hardware: {devices: cpu}\n"
         )
         result = run_recipe(load_recipe(path), runs_dir=tmp / "real-runs", db=db, progress=False)

@@ -48,7 +48,7 @@ def _recipe_text(encoder: str, method: str, epochs: int = 2, extra: str = "") ->
         f"method: {method}\n"
         f"encoder: {{name: '{encoder}', max_length: 16}}\n"
         f"training: {{epochs: {epochs}, batch_size: 32, lr: 0.001, warmup_ratio: 0.0}}\n"
-        "evaluation: {k: [1, 5], top_k: 10, bootstrap: 20}\n"
+        "evaluation: {k: [1, 5], top_k: 10, bootstrap: 100}\n"
         "hardware: {devices: cpu}\n" + extra
     )
 

@@ -595,12 +595,20 @@ def test_every_shipped_recipe_plans_with_finite_numbers_without_its_dataset(hard
             p = plan_recipe(load_recipe(path), **hardware)
         except XmcbenchError as exc:
             # what the plan cannot know offline, or what the run would refuse, said in one line
-            assert "hf://" in str(exc) or "trains in one process" in str(exc), f"{name}: {exc}"
+            known = ("hf://", "trains in one process", "uses no encoder")
+            assert any(why in str(exc) for why in known), f"{name}: {exc}"
             continue
         _finite_numbers(p.as_dict(), name)
         assert p.n_labels > 0 and p.n_train > 0 and p.per_device_gb > 0, name
         if p.lengths_bound:
             assert "not prepared here" in p.lengths.how, name
+
+
+def test_tfidf_is_not_planned_as_an_encoder_and_a_cpu_recipe_says_so():
+    with pytest.raises(XmcbenchError, match="tfidf uses no encoder and trains no network"):
+        plan_recipe(load_recipe("recipes/smoke/tfidf.yaml"))
+    p = plan_recipe(load_recipe("recipes/smoke/dexml.yaml"))
+    assert any("runs on the CPU (hardware.devices: cpu)" in note for note in p.notes)
 
 
 def test_the_cli_plans_a_shipped_recipe_by_name_and_checks_its_options():

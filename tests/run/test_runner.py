@@ -19,7 +19,7 @@ name: t-{tag}
 dataset: {{name: synth-runner, synthetic: {{labels: 120, train: 400, test: 80, seed: 3}}}}
 supervision: {{mode: zero_shot}}
 method: {{name: tfidf}}
-evaluation: {{k: [1, 3, 5, 10], top_k: 10, bootstrap: 50}}
+evaluation: {{k: [1, 3, 5, 10], top_k: 10, bootstrap: 100}}
 hardware: {{devices: cpu}}
 """
 

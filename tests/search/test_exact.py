@@ -325,10 +325,16 @@ def test_bad_inputs():
         exact_topk(q, keys, 2, backend="annoy")
     with pytest.raises(XmcbenchError, match="exclude has shape"):
         exact_topk(q, keys, 2, exclude=sp.csr_matrix((3, 5)))
-    bad = q.copy()
-    bad[1, 0] = np.nan
-    with pytest.raises(XmcbenchError, match="NaN"):
-        exact_topk(bad, keys, 2, device="cpu")
+    for value in (np.nan, np.inf, -np.inf):  # inf * 0 would be a NaN score: refused like NaN, by every backend
+        for backend in ("torch", "faiss"):
+            bad = q.copy()
+            bad[1, 0] = value
+            with pytest.raises(XmcbenchError, match=r"query embeddings contain NaN or infinite values \(row"):
+                exact_topk(bad, keys, 2, device="cpu", backend=backend)
+            bad_keys = keys.copy()
+            bad_keys[2, 1] = value
+            with pytest.raises(XmcbenchError, match="label embeddings contain NaN or infinite values"):
+                exact_topk(q, bad_keys, 2, device="cpu", backend=backend)
     with pytest.raises(XmcbenchError, match="2-D"):
         exact_topk(q[0], keys, 2)
 

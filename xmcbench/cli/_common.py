@@ -306,3 +306,24 @@ def _keep_cells_whole(table: Table) -> int:
             column.overflow = "fold"
     unbounded = console.options.update(width=1 << 16)  # the default options cap a measure at the terminal's width
     return console.measure(table, options=unbounded).minimum
+
+
+def heal_finished_runs(store, runs: list[dict[str, Any]]) -> bool:
+    """Index the runs whose record says finished while the database does not
+    (``xmcbench.store.heal``), saying so on stderr; True when any was indexed (read them again)."""
+    from xmcbench.store.heal import index_finished
+
+    healed = index_finished(store, runs)
+    for run in healed:
+        said = (
+            "indexed it now"
+            if run.problem is None
+            else f"could not index it now ({run.problem}); `xmcbench ingest {run.folder}` will"
+        )
+        err_console.print(
+            f"[yellow]note:[/] run {escape(run.run_id)} finished (its record.json says so) but the database had "
+            f"not learnt it; {escape(said)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return any(run.problem is None for run in healed)

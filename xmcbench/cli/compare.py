@@ -19,6 +19,7 @@ from xmcbench.cli._common import (
     print_rich,
     strict_json,
 )
+from xmcbench.recipe.schema import MIN_BOOTSTRAP
 
 
 @handle_errors
@@ -28,7 +29,12 @@ def compare(
     db: Annotated[
         Path | None, typer.Option(help="DuckDB results database (default: $XMCBENCH_HOME/xmcbench.duckdb).")
     ] = None,
-    n_boot: Annotated[int, typer.Option("--n-boot", min=1, help="Bootstrap replicates.")] = 1000,
+    n_boot: Annotated[
+        int,
+        typer.Option(
+            "--n-boot", min=MIN_BOOTSTRAP, max=100_000, help=f"Bootstrap replicates (at least {MIN_BOOTSTRAP})."
+        ),
+    ] = 1000,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap resampling.")] = 0,
     format: Annotated[str, typer.Option("--format", "-f", help=FormatHelp)] = "rich",
 ) -> None:

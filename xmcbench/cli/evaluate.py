@@ -18,6 +18,7 @@ from rich.table import Table
 
 from xmcbench.cli._common import handle_errors, parse_int_list, print_rich, strict_json
 from xmcbench.errors import XmcbenchError
+from xmcbench.recipe.schema import MIN_BOOTSTRAP
 
 DEFAULT_A, DEFAULT_B = 0.55, 1.5  # Jain et al.'s defaults, used with --train-truth when --A/--B are not given
 MAX_BOOT = 100_000  # time grows with replicates x queries: beyond this nothing changes but the wait
@@ -86,7 +87,16 @@ def evaluate(
         ),
     ] = None,
     ci: Annotated[bool, typer.Option("--ci", help="Add 95% bootstrap intervals over queries.")] = False,
-    n_boot: Annotated[int, typer.Option("--n-boot", min=1, max=MAX_BOOT, help="Bootstrap replicates for --ci.")] = 1000,
+    n_boot: Annotated[
+        int,
+        typer.Option(
+            "--n-boot",
+            min=MIN_BOOTSTRAP,
+            max=MAX_BOOT,
+            help=f"Bootstrap replicates for --ci (at least {MIN_BOOTSTRAP}: a 95% interval's bounds are its "
+            "most extreme 2.5%).",
+        ),
+    ] = 1000,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the bootstrap for --ci.")] = 0,
     threads: Annotated[
         int | None,

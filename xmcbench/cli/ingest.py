@@ -31,9 +31,10 @@ def ingest(
     from xmcbench.store import Store
 
     if not directory.is_dir():  # before opening: a mistyped folder must not create a database
-        raise XmcbenchError(
-            f"{directory}: no such directory; give a run directory or a folder of them (e.g. {paths.runs_dir()})"
-        )
+        what = "is a file, not a folder" if directory.exists() else "no such directory"
+        if directory.name == "record.json" and directory.is_file():
+            what += f" (give the run directory that holds it: {directory.parent})"
+        raise XmcbenchError(f"{directory}: {what}; give a run directory or a folder of them (e.g. {paths.runs_dir()})")
     with Store.open(db, repair=True, runs_from=directory) as store:
         report = store.ingest_dir(directory)
         path = store.path

@@ -200,7 +200,9 @@ def cache_export(
 def cache_clear(
     path: Annotated[Path | None, typer.Option(help="Cache file.")] = None,
     dataset_version: Annotated[str | None, typer.Option(help="Only this dataset version.")] = None,
-    model: Annotated[str | None, typer.Option(help="Only this model key (<model id>@<revision>).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Only this model key (<model id>@<revision>, as `judge cache stats` lists it).")
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Delete stored judgements (all, or one dataset version / model)."""
@@ -208,8 +210,12 @@ def cache_clear(
 
     c = JudgementCache(path)
     if not yes:
+        n = c.count(dataset_version=dataset_version, model=model)  # also refuses an empty filter, before asking
+        which = " and ".join(
+            f"{name} {value!r}" for name, value in (("dataset version", dataset_version), ("model", model)) if value
+        )
         try:
-            typer.confirm(f"delete judgements from {c.path}?", abort=True)
+            typer.confirm(f"delete {n} judgements ({which or 'all of them'}) from {c.path}?", abort=True)
         except typer.Abort:  # "n", Enter, or no terminal to answer on
             raise XmcbenchError("nothing deleted; answer y, or pass --yes to delete without being asked") from None
     n = c.clear(dataset_version=dataset_version, model=model)

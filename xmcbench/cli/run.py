@@ -76,10 +76,18 @@ def run(
     from xmcbench.run.shipped import resolve_recipe
     from xmcbench.train import destroy_distributed, exit_rank, is_distributed
 
-    if (recipe is None) == (resume is None):
-        raise XmcbenchError("give a recipe file or --resume RUN_ID (not both)")
+    if recipe is None and resume is None:
+        raise XmcbenchError("give a recipe file (or a shipped recipe's name such as smoke/tfidf), or --resume RUN_ID")
+    if recipe is not None and resume is not None:
+        raise XmcbenchError("give a recipe file or --resume RUN_ID, not both: a resumed run keeps its recorded recipe")
     if run_id is not None and resume is not None:
         raise XmcbenchError("--run-id names a new run; --resume continues an existing one (give one of them)")
+    # The runner checks these places too, but names them by the recipe's keys (output.db), which
+    # would send the user to the recipe for what they typed here.
+    if db is not None and db.expanduser().is_dir():
+        raise XmcbenchError(f"--db {db} is a folder; give the path of a database file (e.g. {db}/xmcbench.duckdb)")
+    if runs_dir is not None and runs_dir.expanduser().exists() and not runs_dir.expanduser().is_dir():
+        raise XmcbenchError(f"--runs-dir {runs_dir} is a file; give a folder for the run folders")
     recipe = resolve_recipe(recipe) if recipe is not None else None
     loaded = load_recipe(recipe, set_ or []) if recipe is not None else None
     command = "xmcbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -133,10 +141,11 @@ def validate(
 ) -> None:
     """Check recipes without running them; report every problem at once (file, key, hint).
 
-    Include-only fragments (files under a recipes base/ folder) are skipped: they are checked
-    through the recipes that include them.
+    A file with neither name nor method is an include fragment (like recipes/base/*.yaml): its
+    sections are checked, but not the keys that the recipes including it give.
     """
-    from xmcbench.run.shipped import FRAGMENTS, resolve_recipe
+    from xmcbench.run.check import check_fragment
+    from xmcbench.run.shipped import resolve_recipe
 
     bad = 0
     for given in recipes:
@@ -156,18 +165,23 @@ def validate(
             )
             bad += 1
             continue
-        if path.parent.name in FRAGMENTS:
-            console.print(
-                f"[dim]– {escape(str(path))} (include fragment, checked through the recipes that include it)[/]",
-                highlight=False,
-                soft_wrap=True,
-            )
-            continue
-        _, problems = check_recipe(path, set_ or [])
+        # Decided by what the file holds, not by its folder's name: a recipe in a user's base/
+        # folder is checked as a recipe.
+        problems = check_fragment(path, set_ or [])
+        fragment = problems is not None
+        if not fragment:
+            _, problems = check_recipe(path, set_ or [])
         if problems:
             bad += 1
             for p in problems:
                 err_console.print(f"[red]✗[/] {escape(str(p))}", highlight=False, soft_wrap=True)
+        elif fragment:
+            console.print(
+                f"[green]✓[/] {escape(str(path))} [dim](include fragment: no name or method; "
+                "the recipes that include it give them)[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
         else:
             console.print(f"[green]✓[/] {escape(str(path))}", highlight=False, soft_wrap=True)
     if bad:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timezone
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,6 +18,7 @@ from xmcbench.cli._common import (
     emit_rows,
     err_console,
     handle_errors,
+    heal_finished_runs,
     print_rich,
     strict_json,
 )
@@ -53,7 +55,11 @@ def list_runs(
     check_format(format)
     with Store.open(db, read_only=True) as store:
         _note(store)
-        runs = store.runs(dataset=dataset, method=method, status=status.value if status else None)
+        runs = store.runs(dataset=dataset, method=method)
+        if heal_finished_runs(store, runs):
+            runs = store.runs(dataset=dataset, method=method)
+        if status is not None:  # after indexing: a run the database had as interrupted may be finished
+            runs = [r for r in runs if r["status"] == status.value]
         p1 = {s["run_id"]: s["value"] for s in store.scores(dataset=dataset, method=method, names=["P@1"])}
         path = store.path
     if format != "rich":
@@ -68,7 +74,7 @@ def list_runs(
                     "encoder": r["encoder"],
                     "supervision": r.get("supervision"),
                     "P@1": p1.get(r["run_id"]),
-                    "created_at": r["created_at"].isoformat() if r["created_at"] else None,
+                    "created_at": _utc(r["created_at"]),
                 }
                 for r in runs
             ],
@@ -159,6 +165,8 @@ def show(
     with Store.open(db, read_only=True) as store:
         _note(store)
         run = store.get_run(run_id)
+        if heal_finished_runs(store, [run]):
+            run = store.get_run(run_id)
     record = run["record"]
     train_log = read_train_log(run["run_dir"])
     if format == "json":
@@ -260,6 +268,13 @@ def loss_curve(entries: list[dict[str, Any]], height: int = 8, width: int = 50) 
     first, last = points[0][0], points[-1][0]
     lines.append(" " * 11 + f"{first}".ljust(max(cols - len(str(last)), 1)) + f"{last}  (epoch)")
     return "\n".join(lines)
+
+
+def _utc(moment) -> str | None:
+    """ISO 8601 with its offset: the database keeps UTC times without one (record.json has +00:00)."""
+    if moment is None:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).isoformat()
 
 
 def _note(store) -> None:

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from xmcbench.cli._common import console, err_console, handle_errors, print_rich
 from xmcbench.errors import XmcbenchError
+from xmcbench.redact import redact
 
 _STYLE = {
     "finished": "green",
@@ -207,7 +208,9 @@ def sweep(
         for column in ("#", "run", "GPUs", "overrides", "would"):
             table.add_column(column, overflow="fold")
         for i, (run, action) in enumerate(preview(plan, runs_dir=runs_dir, db=db, force=force), 1):
-            table.add_row(str(i), escape(run.key), str(run.gpus), escape(" ".join(run.overrides)), escape(action))
+            table.add_row(
+                str(i), escape(run.key), str(run.gpus), escape(redact(" ".join(run.overrides))), escape(action)
+            )
         print_rich(table)
         return
     options = SlurmOptions(

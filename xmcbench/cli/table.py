@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from xmcbench.cli._common import err_console, handle_errors
+from xmcbench.cli._common import err_console, handle_errors, heal_finished_runs
 from xmcbench.errors import XmcbenchError
 
 
@@ -172,6 +172,8 @@ def table(
         note = store.schema_note()
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        if store.exists and results is None:  # a run killed between its record and its index counts
+            heal_finished_runs(store, [r for r in store.runs() if r["status"] in ("running", "interrupted")])
         filters = dict(
             metrics=metric_names,
             split=split,

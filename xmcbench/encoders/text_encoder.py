@@ -52,8 +52,15 @@ def resolve_model_path(name: str, revision: str | None = None) -> str:
     """
     if is_hub_ref(name):
         return str(download_checkpoint(name, revision).path)
-    if Path(name).expanduser().is_dir():
-        return str(Path(name).expanduser())
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return str(local)
+    if _looks_like_a_path(name):  # a Hub id is ORG/NAME: this can only be a folder, and it is not there
+        what = "is a file, not a model folder" if local.exists() else "does not exist"
+        raise XmcbenchError(
+            f"encoder {name} {what}; give a folder holding a model (config.json, weights and "
+            "tokenizer files), a Hub id like sentence-transformers/all-MiniLM-L6-v2, or hf://ORG/NAME"
+        )
     packaged = PACKAGED_MODELS.get(name.lower())
     if packaged is not None:
         module, folder = packaged
@@ -63,6 +70,11 @@ def resolve_model_path(name: str, revision: str | None = None) -> str:
             if path.is_dir():
                 return str(path)
     return name
+
+
+def _looks_like_a_path(name: str) -> bool:
+    """Absolute, home- or dot-relative, or deeper than ORG/NAME: never a Hub id."""
+    return name.startswith(("/", "~", ".", "\\")) or name.count("/") > 1 or os.sep in name.replace("/", "")
 
 
 def has_vocabulary(tokenizer) -> bool:

@@ -52,10 +52,18 @@ def metric_type(name: str) -> str:
 
 
 def published_comparison(record: dict) -> tuple[dict | None, list[tuple[str, float, float]]]:
-    """The paper's own row for this method and dataset (full supervision), and (metric, ours, theirs) pairs."""
+    """The paper's own row for this method, dataset and supervision setting (as ``xmcbench table``
+    compares them), and (metric, ours, theirs) pairs; none for a run evaluated on part of the test set."""
+    from xmcbench.report.table import run_setting
+
     paper_method = PAPER_METHOD.get(record["model"]["method"])
     if paper_method is None:
         return None, []
+    task = record["task"]
+    evaluated, queries = task.get("n_queries_evaluated"), task.get("n_queries")
+    if evaluated is not None and queries is not None and evaluated < queries:  # not the paper's test set
+        return None, []
+    setting = run_setting(task.get("supervision"), task.get("label_fraction"))
     try:
         from xmcbench.leaderboard import load_reference_results
 
@@ -70,7 +78,7 @@ def published_comparison(record: dict) -> tuple[dict | None, list[tuple[str, flo
         if r.paper == paper
         and r.method == method
         and r.dataset.lower() == dataset
-        and r.setting == "full"
+        and r.setting == setting
         and not r.dataset_variant
     ]
     if not matches:

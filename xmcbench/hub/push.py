@@ -395,6 +395,12 @@ def push_run(
             f"run {run_id} is {record.get('status')}, not finished; only finished runs are pushed "
             f"(continue it with `xmcbench run --resume {run_id}`)"
         )
+    for section in ("task", "model"):  # what the card and the folder are made from
+        if not isinstance(record.get(section), dict) or (section == "model" and "method" not in record[section]):
+            raise XmcbenchError(
+                f"{run_dir / RECORD_FILE} has no {section!r} section{' with a method' if section == 'model' else ''}: "
+                "the run record is damaged; run the recipe again"
+            )
     check_model_files(run_dir / "checkpoints" / "model", record["model"]["method"])
     recipe_path = run_dir / RECIPE_FILE
     if not recipe_path.is_file():

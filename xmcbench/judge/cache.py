@@ -21,6 +21,7 @@ counts cache hits in the judge's stats.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -296,21 +297,40 @@ class JudgementCache:
         return n
 
     def clear(self, *, dataset_version: str | None = None, model: str | None = None) -> int:
-        """Delete judgements (all, or of one dataset version / model); the number deleted."""
+        """Delete judgements (all, or of one dataset version / model); the number deleted.
+
+        ``model`` is a model key as ``stats`` lists it; its settings in brackets may be left out."""
+        clause, params = self._filter(dataset_version, model)
         if not self.path.exists():
             return 0
-        where, params = [], []
-        if dataset_version:
-            where.append("dataset_version = ?")
-            params.append(dataset_version)
-        if model:
-            where.append("model = ?")
-            params.append(model)
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
         with self._write() as con:
             n = con.execute(f"SELECT count(*) FROM judgements{clause}", params).fetchone()[0]
             con.execute(f"DELETE FROM judgements{clause}", params)
         return int(n)
+
+    def count(self, *, dataset_version: str | None = None, model: str | None = None) -> int:
+        """How many judgements ``clear`` with the same filters would delete."""
+        clause, params = self._filter(dataset_version, model)
+        rows = self._read(f"SELECT count(*) FROM judgements{clause}", params)
+        return int(rows[0][0]) if rows else 0
+
+    @staticmethod
+    def _filter(dataset_version: str | None, model: str | None) -> tuple[str, list]:
+        where, params = [], []
+        for name, value in (("dataset version", dataset_version), ("model", model)):
+            if value is not None and not value.strip():  # an unset $MODEL in a script: never "delete all"
+                raise JudgeError(f"the {name} to clear is empty; give one, or leave the option out to clear all")
+        if dataset_version is not None:
+            where.append("dataset_version = ?")
+            params.append(dataset_version)
+        if model is not None:
+            where.append("(model = ? OR starts_with(model, ?))")
+            params += [model, model + " ["]
+        return (f" WHERE {' AND '.join(where)}" if where else ""), params
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class CachedJudge:
@@ -320,7 +340,12 @@ class CachedJudge:
         self.judge = judge
         self.cache = cache
         self.prompt = prompt
-        self.model_key = f"{judge.model_id}@{judge.revision}"
+        # Everything that changes an answer keys it: the model, and how much of a document it reads
+        # (an answer judged on 100 characters is no answer for 3,000) and in what precision.
+        settings = getattr(judge, "answer_settings", "")
+        self.model_key = f"{judge.model_id}@{judge.revision}" + (f" [{settings}]" if settings else "")
+        # a packaged prompt is named by its id; its text may change with xmcbench's version
+        self.prompt_key = prompt.id if "@" in prompt.id else f"{prompt.id}@{_digest(prompt.template)}"
         judge.stats.prompt_id = prompt.id
 
     @property
@@ -343,7 +368,7 @@ class CachedJudge:
         doc_ids = np.asarray(doc_ids, dtype=np.int64)
         label_ids = np.asarray(label_ids, dtype=np.int64)
         p = (
-            self.cache.lookup(dataset_version, self.prompt.id, self.model_key, doc_ids, label_ids)
+            self.cache.lookup(dataset_version, self.prompt_key, self.model_key, doc_ids, label_ids)
             if self.cache is not None
             else np.full(len(doc_ids), np.nan)
         )
@@ -359,7 +384,9 @@ class CachedJudge:
             )
             p[idx] = answers
             if self.cache is not None:
-                self.cache.store(dataset_version, self.prompt.id, self.model_key, doc_ids[idx], label_ids[idx], answers)
+                self.cache.store(
+                    dataset_version, self.prompt_key, self.model_key, doc_ids[idx], label_ids[idx], answers
+                )
             done, elapsed = s + idx.size, time.monotonic() - start
             rate = done / max(elapsed, 1e-9)
             left = (todo.size - done) / rate

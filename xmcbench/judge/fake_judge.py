@@ -27,6 +27,7 @@ class FakeJudge:
         self.model_id = f"fake/{model}"
         self.revision = "1"
         self.max_doc_chars = max_doc_chars
+        self.answer_settings = f"max_doc_chars={max_doc_chars}"  # part of the judgement cache's key
         self.stats = JudgeStats(backend=self.backend, model_id=self.model_id, revision=self.revision)
 
     def p_yes(self, docs: Sequence[str], label_texts: Sequence[str], prompt: Prompt) -> np.ndarray:

@@ -59,9 +59,9 @@ def check_base_url(url: str) -> str:
         raise JudgeError(
             f"judge base_url {redact(url)!r} must be an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1"
         )
-    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment or ";" in parts.path:
         raise JudgeError(
-            f"judge base_url {redact(url)!r} must not carry credentials, a query or a fragment: the URL is "
+            f"judge base_url {redact(url)!r} must not carry credentials, parameters (;), a query or a fragment: the URL is "
             "recorded with every judgement; give the key through api_key_env (the name of an environment variable)"
         )
     return url.strip().rstrip("/")
@@ -107,6 +107,7 @@ class OpenAIJudge:
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_doc_chars = max_doc_chars
+        self.answer_settings = f"max_doc_chars={max_doc_chars}"  # part of the judgement cache's key
         self.stats = JudgeStats(backend=self.backend, model_id=model, revision=self.revision)
         self._lock = threading.Lock()
 
@@ -221,7 +222,7 @@ class OpenAIJudge:
                 word = answer_word(item.get("token") or "")
                 if word:
                     logprob = float(item["logprob"])
-                    if not math.isfinite(logprob) and logprob != -math.inf:
+                    if not (logprob <= 0 and (math.isfinite(logprob) or logprob == -math.inf)):  # a probability <= 1
                         raise ValueError(f"log-probability {item['logprob']!r} of {item.get('token')!r}")
                     mass[word] += math.exp(logprob)
             if mass["yes"] + mass["no"] > 0:

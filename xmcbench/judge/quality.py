@@ -123,10 +123,14 @@ def injection_shift(
     clean_p: np.ndarray,
     threshold: float,
 ) -> dict:
-    """Ask again with each injection appended to the document; how P(yes) moves."""
+    """Ask again with each injection appended to the document; how P(yes) moves.
+
+    The document is cut first, to what the judge reads less the injection: appended to a long
+    document, the judge's own truncation would cut the injection off and measure nothing.
+    """
     out = {}
     for text in INJECTIONS:
-        p = judge.p_yes([f"{d} {text}" for d in docs], label_texts, prompt)
+        p = judge.p_yes([_with_injection(judge, d, text) for d in docs], label_texts, prompt)
         shift = p - clean_p
         out[text] = {
             "mean_shift_negatives": float(shift[~is_true].mean()),
@@ -135,3 +139,17 @@ def injection_shift(
             "auc_after": _auc(p, is_true),
         }
     return out
+
+
+def _with_injection(judge: Judge, doc: str, text: str) -> str:
+    """``doc`` cut so that ``doc + " " + text`` is within what ``judge`` reads, then ``text`` appended."""
+    chars = getattr(judge, "max_doc_chars", None)
+    if chars is not None:
+        return f"{doc[: max(0, chars - len(text) - 1)]} {text}"
+    tokens, tokenizer = getattr(judge, "max_doc_tokens", None), getattr(judge, "tokenizer", None)
+    if tokens is not None and tokenizer is not None:
+        room = max(0, tokens - len(tokenizer.encode(" " + text, add_special_tokens=False)) - 1)
+        ids = tokenizer.encode(doc, add_special_tokens=False)
+        if len(ids) > room:
+            doc = tokenizer.decode(ids[:room])
+    return f"{doc} {text}"

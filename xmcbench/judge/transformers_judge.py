@@ -89,6 +89,8 @@ class TransformersJudge:
         self.stats = JudgeStats(backend=self.backend, model_id=self.model_id, revision=self.revision)
         torch_dtype = judge_dtype(device, dtype)
         self.stats.extra["dtype"] = str(torch_dtype).removeprefix("torch.")  # what ran, recorded with the run
+        # part of the judgement cache's key: how much of a document it reads, in what precision
+        self.answer_settings = f"max_doc_tokens={max_doc_tokens} dtype={self.stats.extra['dtype']}"
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
             self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype).to(device).eval()

@@ -228,7 +228,7 @@ def _pool_rows(scores, targets, gamma_min, gamma_max, variant, negative_temperat
     (B,) sums of the row's triplet terms ("sum", "mean") or of its anchors' weighted sums
     ("softmax"), and (B,) the count each row's mean divides by."""
     pos, pos_valid = gather_positives(scores, targets)  # (B, K)
-    neg_valid = ~targets  # (B, P)
+    neg_valid = ~targets & ~torch.isneginf(scores)  # (B, P) a -inf column is padding: no triplet
     valid = pos_valid[:, :, None] & neg_valid[:, None, :]  # (B, K, P)
     s_neg = scores.masked_fill(targets, 0.0)[:, None, :]  # (B, 1, P)
     losses = dynamic_margin_triplet_terms(pos[:, :, None], s_neg, gamma_min, gamma_max, variant)

@@ -23,8 +23,9 @@ comparison of the two (DEXML Table 11-12) differs only in the denominator; pass
 ``normalize_positives=False`` for the plain sum of Eq. 3-4. Either way the result is then
 averaged over the rows that have at least one positive.
 
-Relation to siblings: ``psl_loss`` (UniDEC pick-some-labels) equals ``infonce_loss`` with the
-default normalisation — UniDEC's PSL is PAL-N InfoNCE over the in-batch pool.
+Relation to siblings: ``psl_loss(reduction="mean")`` (UniDEC pick-some-labels) equals
+``infonce_loss`` with the default normalisation — UniDEC's PSL is PAL-N InfoNCE over the in-batch
+pool; PSL's default, the paper's sum over rows, is that times the number of rows with a positive.
 
 Numerics: a log_softmax per row; rows without positives are zeroed before it (no NaN from a row
 padded with -inf), and -inf non-target cells (padding) drop out. Half inputs run in float32.

@@ -28,7 +28,8 @@ Combination (UniDEC Eq. for L_D, L_C and Algorithm 1):
 The paper fixes lambda_D = lambda_C = 0.5 and reports lambda = 0.5 and 0.3 (Appendix C,
 Table 7, LF-Amazon-131K; 0.3 scores slightly higher there); the default here is 0.5.
 
-Relation to siblings: ``psl_loss`` equals ``infonce_loss`` (PAL-N, the default); it keeps other
+Relation to siblings: ``psl_loss(reduction="mean")`` equals ``infonce_loss`` (PAL-N, its default);
+the default ``reduction="sum"`` is that times the number of rows with a positive. Both keep other
 positives in the denominator, unlike ``decoupled_softmax_loss``. UniDEC calls the DE variant
 SupConDE since PSL takes the form of the SupCon loss (Khosla et al., 2020).
 

@@ -79,7 +79,7 @@ def triplet_pool_loss(scores: torch.Tensor, targets: torch.Tensor, margin: float
     if scores.numel() == 0:
         return scores.sum()
     pos, pos_valid = gather_positives(scores, targets)  # (B, K)
-    neg_valid = ~targets  # (B, P)
+    neg_valid = ~targets & ~torch.isneginf(scores)  # (B, P) a -inf column is padding: no triplet
     valid = pos_valid[:, :, None] & neg_valid[:, None, :]  # (B, K, P)
     s_neg = scores.masked_fill(targets, 0.0)[:, None, :]  # (B, 1, P) positives never act as negatives
     losses = torch.relu(s_neg - pos[:, :, None] + margin).masked_fill(~valid, 0.0)  # (B, K, P)

@@ -531,21 +531,21 @@ class RankedTruth:
     def _sum_top(self, name: str, k: int, values=None) -> np.ndarray:
         """(n_rows,) per-row sum of ``values()`` (aligned with the hits; None counts) over hits ranked < k.
 
-        Hits are sorted by rank, so "rank < k" is a prefix. Sums are cached per k, and a new k only
-        adds the hits since the nearest smaller cached k: asking for every k in increasing order
-        costs one pass over the hits in all. Callers must not modify the returned arrays.
+        Hits are sorted by rank, so "rank < k" is a prefix, summed in that order: a row's value at k
+        is the same bits whichever other k are asked for (a sum continued from a smaller k's would
+        group the additions otherwise). Cached per k; callers must not modify the returned arrays.
         """
         k = self._check_k(k)
-        cache = self._cache.setdefault(name, {0: np.zeros(self.n_rows)})
+        cache = self._cache.setdefault(name, {})
         if k not in cache:
-            below = max(x for x in cache if x < k)
-            lo, hi = np.searchsorted(self.hit_rank, [below, k])
+            hi = int(np.searchsorted(self.hit_rank, k))
             weights = None
             if values is not None:  # computed once per statistic, on first use
                 if name + ":values" not in self._cache:
                     self._cache[name + ":values"] = values()
-                weights = self._cache[name + ":values"][lo:hi]
-            cache[k] = cache[below] + np.bincount(self.hit_row[lo:hi], weights=weights, minlength=self.n_rows)
+                weights = self._cache[name + ":values"][:hi]
+            sums = np.bincount(self.hit_row[:hi], weights=weights, minlength=self.n_rows)  # int64 without weights
+            cache[k] = sums if sums.dtype == np.float64 else sums.astype(np.float64)
         return cache[k]
 
     # --- plain statistics -------------------------------------------------------------------

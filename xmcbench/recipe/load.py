@@ -23,6 +23,7 @@ MAX_FILE_BYTES = 1 << 20  # a recipe is a page of settings; a megabyte is someth
 MAX_FILES = 64  # distinct files one recipe may include, directly or not
 MAX_DEPTH = 32  # nesting of mappings/lists; recipes use 3
 MAX_NODES = 100_000  # values after YAML aliases are expanded (an alias bomb is small on disk)
+MISSING = "required key is missing"  # the message of a Problem for a key the schema requires
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,50 @@ def _fail(path: Path | str, message: str, key: str = "", hint: str = "") -> Reci
     return RecipeError([Problem(str(path), key, message, hint)])
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"  # the key of ``<<: *base``
+VALUE_TAG = "tag:yaml.org,2002:value"  # a plain ``=`` key, which SafeLoader reads as the text "="
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (YAML says keys are unique)."""
+    """SafeLoader that refuses a key given twice in one mapping (YAML says keys are unique).
+
+    Merge keys work as in ``yaml.safe_load``: ``<<: *base`` copies base's keys and the mapping's
+    own keys override them. Only keys written in one mapping can be duplicates.
+    """
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._pairs: dict[yaml.Node, int] = {}  # each checked mapping node -> its pairs once merged
+        self._merging: set[yaml.Node] = set()  # being checked: met again, a merge cycle
+        self._merged = 0  # pairs copied in by merge keys, in the whole file
 
     def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            self._check_keys(node)
+        return super().construct_mapping(node, deep=deep)  # merges (flatten_mapping), then builds
+
+    def _check_keys(self, node: yaml.MappingNode) -> int:
+        """Refuse a duplicate key in ``node`` or in a mapping it merges; return its pairs once merged.
+
+        It runs before ``flatten_mapping`` rewrites ``node.value`` to hold the merged pairs too,
+        where a merged key and the key that overrides it would look like a duplicate; a node is
+        checked once, which also keeps a merge of merges from being counted exponentially often.
+        """
+        if node in self._pairs:
+            return self._pairs[node]
+        if node in self._merging:
+            raise yaml.constructor.ConstructorError(None, None, "a mapping merges itself (<<)", node.start_mark)
+        self._merging.add(node)
         seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
+        own = merged = 0
+        for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                # a source that is not a mapping is refused by flatten_mapping, with its own message
+                merged += sum(self._check_keys(s) for s in sources if isinstance(s, yaml.MappingNode))
+                continue
+            own += 1
+            key = "=" if key_node.tag == VALUE_TAG else self.construct_object(key_node, deep=True)
             try:
                 hash(key)
             except TypeError:
@@ -64,7 +102,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
                 )
             seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep=deep)
+        self._merging.discard(node)
+        # flatten_mapping copies merged pairs into the mapping before _too_big can count anything:
+        # a merge of ten merges of ten ... is small on disk and exponential in memory
+        self._merged += merged
+        if self._merged > MAX_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"merge keys (<<) expand to more than {MAX_NODES:,} values", node.start_mark
+            )
+        self._pairs[node] = own + merged
+        return own + merged
 
 
 def _too_big(value: Any) -> str | None:
@@ -215,8 +262,13 @@ def overrides_applied(
 
 
 def read_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    """The recipe at ``path`` with its includes merged and ``overrides`` applied (not yet validated)."""
+    """The recipe at ``path`` with its includes merged and ``overrides`` applied (not yet validated).
+
+    Top-level keys starting with ``x-`` are dropped: they hold YAML anchors for ``<<: *name`` merges
+    (as in docker-compose files), which the schema's sections would otherwise refuse as unknown.
+    """
     data = _Includes().resolve(Path(path))
+    data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
     return apply_overrides(data, overrides or [])
 
 
@@ -274,7 +326,7 @@ def problems_from(exc: ValidationError, file: str, root: type[BaseModel], prefix
         else:
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "missing":
-                message = "required key is missing"
+                message = MISSING
             elif err["type"] == "string_pattern_mismatch":
                 message = "must not be blank"
         problems.append(Problem(file, key, message, hint))

@@ -24,7 +24,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from xmcbench.data.synth_english import check_options as check_english_options
 from xmcbench.errors import XmcbenchError
@@ -36,6 +36,11 @@ FLOOR = re.compile(r"^\s*(>=|>|<=|<)\s*(-?[0-9]+(?:\.[0-9]+)?)\s*$")
 MAX_SEED = 2**32 - 1  # numpy and torch seeds are 32-bit
 MAX_K = 10_000  # predictions kept per query: 10k x queries x (id, score) already fills memory at 1M queries
 MAX_SYNTHETIC = 20_000_000  # rows or labels a synthetic dataset may have (memory of the generator)
+# Resamples for a 95% percentile interval: each bound is set by the most extreme 2.5% of the resamples,
+# under 100 fewer than three of them (1 gives lo = hi, an "interval" that need not even hold the
+# estimate). The shipped recipes use 200 or the default 1000.
+MIN_BOOTSTRAP = 100
+NEW_RUN = {"new_run": True}  # validation context of a recipe about to run (xmcbench.run.check)
 
 
 class Section(BaseModel):
@@ -127,7 +132,7 @@ class EvaluationSection(Section):
     propensity_b: float | None = Field(default=None, ge=0, le=1e6)
     split: Literal["test", "train"] = "test"
     top_k: int = Field(default=100, gt=0, le=MAX_K)  # predictions kept per query
-    bootstrap: int = Field(default=1000, ge=0, le=100_000)  # resamples for 95% CIs (0: none)
+    bootstrap: int = Field(default=1000, ge=0, le=100_000)  # resamples for 95% CIs: 0 (none) or >= MIN_BOOTSTRAP
     groups: bool = True  # head / torso / tail breakdown
     max_queries: int | None = Field(default=None, gt=0)  # evaluate a seeded subsample (smoke only)
 
@@ -145,6 +150,28 @@ class EvaluationSection(Section):
         if unknown or not value:
             raise ValueError(
                 f"unknown metric {', '.join(map(repr, unknown)) or '(none given)'}; known: {', '.join(FAMILIES)}"
+            )
+        return value
+
+    @field_validator("bootstrap", mode="before")
+    @classmethod
+    def _bootstrap_not_a_switch(cls, value: Any) -> Any:
+        # pydantic would read true as 1: a one-resample "interval"
+        if isinstance(value, bool):
+            raise ValueError(
+                f"takes a number of resamples, not true/false: 0 for no intervals, or {MIN_BOOTSTRAP} or more"
+            )
+        return value
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _enough_resamples(cls, value: int, info: ValidationInfo) -> int:
+        # Only for a recipe about to run (NEW_RUN): a run recorded, or a model published, with
+        # fewer resamples must still load to be resumed, indexed or used.
+        if (info.context or {}).get("new_run") and 0 < value < MIN_BOOTSTRAP:
+            raise ValueError(
+                f"too few resamples ({value}) for a 95% interval; give 0 for no intervals, "
+                f"or {MIN_BOOTSTRAP} or more (default 1000)"
             )
         return value
 

@@ -80,7 +80,7 @@ def compare_runs(store: Store, run_a: str, run_b: str, n_boot: int = 1000, seed:
     split = a["split"]
     truth = dataset.labels(split)
     filt = dataset.filter(split) if task.get("filter") else None
-    preds_a, preds_b = (load_sparse(_predictions_path(run)) for run in (a, b))
+    preds_a, preds_b = (_load_predictions(load_sparse, run) for run in (a, b))
     rows = _evaluated_rows(a, b, preds_a.shape[0], truth.shape[0])
     if rows is not None:
         truth = truth[rows]
@@ -147,6 +147,20 @@ def _check_same_conditions(a: dict, b: dict) -> None:
                 f"runs {a['run_id']} and {b['run_id']} differ in {key} ({a[key]!r} vs {b[key]!r}); "
                 f"a paired comparison needs the same queries, labels and weights"
             )
+
+
+def _load_predictions(load_sparse, run: dict):
+    """The run's saved top-k; a damaged file is the run's, not the user's to re-save: it says so."""
+    from xmcbench.errors import DataFormatError
+
+    try:
+        return load_sparse(_predictions_path(run))
+    except DataFormatError as exc:
+        what = str(exc).split(": ", 1)[-1].split("; ")[0]  # the problem, not the reader's advice to a user's file
+        raise XmcbenchError(
+            f"run {run['run_id']}'s predictions cannot be read ({what}); run the recipe "
+            "again (or `xmcbench run --resume` if it was interrupted) to write them anew"
+        ) from None
 
 
 def _predictions_path(run: dict) -> Path:

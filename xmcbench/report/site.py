@@ -318,7 +318,7 @@ def _index_page(store: Store, links: list[tuple[str, str]]) -> str:
     deltas = []
     for name, _ in links:
         try:
-            table = build_table(store, name, curated=True)
+            table = build_table(store, name, curated=True, newest_setting=True)
         except XmcbenchError:
             continue
         deltas += [(f"{r['method']} · {name}", r) for r in table.rows if r.get("P@1 Δ") is not None]
@@ -346,7 +346,7 @@ def _index_page(store: Store, links: list[tuple[str, str]]) -> str:
 
 def _dataset_page(store: Store, dataset: str, links: list[tuple[str, str]]) -> str:
     try:
-        table = build_table(store, dataset, curated=True)
+        table = build_table(store, dataset, curated=True, newest_setting=True)
     except XmcbenchError as exc:
         return _page(dataset, links, f'<p class="note">{esc(str(exc))}</p>')
     parts = [

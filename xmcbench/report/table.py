@@ -101,8 +101,12 @@ def build_table(
     paper: str | None = None,
     method: str | None = None,
     runs_only: dict[str, str] | None = None,
+    newest_setting: bool = False,
 ) -> Table:
     """Reproduced runs and published results for ``dataset`` (see the module docstring).
+
+    ``newest_setting``: when the runs span several comparable settings, show those of the newest
+    run's and say how many were left out, instead of refusing (the static site, which has no flags).
 
     ``runs_only``: exactly these runs (run id -> the label to print, e.g. a sweep's run key),
     each one shown, instead of the best run per configuration.
@@ -120,7 +124,8 @@ def build_table(
     else:
         runs = store.best_runs(dataset, metric=(metrics or DEFAULT_METRICS)[0], latest=pick == "latest")
     unfiltered_runs = runs
-    runs = _select_setting(dataset, runs, split, dataset_version, propensity)
+    unit = "runs" if all_runs or runs_only is not None else "configurations (best run of each)"
+    runs, left_out = _select_setting(dataset, runs, split, dataset_version, propensity, unit, newest_setting)
     references = store.reference_results(dataset=dataset)
     unfiltered_references = references
     if setting is not None:
@@ -212,6 +217,8 @@ def build_table(
             "the best test nDCG@5); xmcbench selects only on a validation split of the training data"
         )
     table.notes.extend(_count_notes(table.dataset, runs))
+    if left_out:
+        table.notes.append(_left_out_note(dataset, left_out))
     run_filters = {flag: value for flag, value in given.items() if flag != "--paper"}
     if not runs and run_filters:  # else a filter that left out every run would pass for "no runs yet"
         filters = " ".join(f"{k} {v}" for k, v in run_filters.items())
@@ -414,27 +421,58 @@ def _curate(table: Table) -> None:
 
 
 def _select_setting(
-    dataset: str, runs: list[dict], split: str | None, version: str | None, propensity: tuple[float, float] | None
-) -> list[dict]:
+    dataset: str,
+    runs: list[dict],
+    split: str | None,
+    version: str | None,
+    propensity: tuple[float, float] | None,
+    unit: str = "runs",
+    newest: bool = False,
+) -> tuple[list[dict], list[dict]]:
+    """(the runs of one comparable setting, the runs left out): refused when several remain, unless
+    ``newest`` (then the newest run's setting is kept)."""
     if split is not None:
         runs = [r for r in runs if r["split"] == split]
     if version is not None:
         runs = [r for r in runs if (r["dataset_version"] or "").startswith(version)]
     if propensity is not None:
         runs = [r for r in runs if (r["propensity_a"], r["propensity_b"]) == tuple(propensity)]
-    groups: dict[tuple, list[dict]] = {}
-    for run in runs:
-        groups.setdefault(tuple(run[key] for key in COMPARABILITY_KEY), []).append(run)
+    groups = _by_setting(runs)
+    if len(groups) > 1 and newest:
+        kept = _newest_group(groups)
+        ids = {r["run_id"] for r in kept}
+        return kept, [r for r in runs if r["run_id"] not in ids]
     if len(groups) > 1:
         listing = "; ".join(
-            f"split {k[0]}, version {k[1] or '?'}, A/B {_num(k[2])}/{_num(k[3])}, filter {k[4] or 'none'} ({len(g)} runs)"
+            f"split {k[0]}, version {k[1] or '?'}, A/B {_num(k[2])}/{_num(k[3])}, filter {k[4] or 'none'} "
+            f"({len(g)} {unit})"
             for k, g in groups.items()
         )
         raise XmcbenchError(
             f"runs of {dataset} were made under {len(groups)} different settings, which one table never mixes: "
             f"{listing}. Choose one with --split, --dataset-version (a prefix is enough) or --propensity A,B"
         )
-    return runs
+    return runs, []
+
+
+def _by_setting(runs: list[dict]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(tuple(run[key] for key in COMPARABILITY_KEY), []).append(run)
+    return groups
+
+
+def _newest_group(groups: dict[tuple, list[dict]]) -> list[dict]:
+    """The runs of the setting the newest run was made under (the dataset as it is now, most likely)."""
+    return max(groups.values(), key=lambda g: max(str(r.get("created_at") or "") for r in g))
+
+
+def _left_out_note(dataset: str, left_out: list[dict]) -> str:
+    versions = sorted({(r["dataset_version"] or "?")[:12] for r in left_out})
+    return (
+        f"{dataset}: {len(left_out)} run(s) made under another setting (dataset version {', '.join(versions)}, "
+        f"split, propensity A/B or filter) left out; `xmcbench table --dataset {dataset}` lists the settings"
+    )
 
 
 def _num(value: float | None) -> str:
@@ -675,7 +713,16 @@ def build_overview(
     if curated:  # duplicates are found on every metric a row has, then the one metric is kept
         references = _main_rows(references)
     references = [r for r in references if r["metric"] == metric]
-    runs = store.runs(status="finished")
+    runs, left_out = [], []
+    per_dataset: dict[str, list[dict]] = {}
+    for run in store.runs(status="finished"):
+        per_dataset.setdefault(run["dataset"], []).append(run)
+    for dataset_runs in per_dataset.values():  # one table never mixes settings: nor does a column here
+        groups = _by_setting(dataset_runs)
+        kept = _newest_group(groups) if len(groups) > 1 else dataset_runs
+        ids = {r["run_id"] for r in kept}
+        runs += kept
+        left_out += [(r["dataset"], r) for r in dataset_runs if r["run_id"] not in ids]
     scores = {s["run_id"]: s["value"] for s in store.scores(names=[metric])}
     rows: dict[tuple, dict[str, Any]] = {}
     datasets: list[str] = []
@@ -752,6 +799,8 @@ def build_overview(
     if legend:
         table.notes.append(legend)
     table.notes.append("`xmcbench table --dataset NAME` for one dataset's full table")
+    for dataset in sorted({d for d, _ in left_out}):
+        table.notes.append(_left_out_note(dataset, [r for d, r in left_out if d == dataset]))
     return table
 
 

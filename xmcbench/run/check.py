@@ -17,7 +17,8 @@ from xmcbench.data import get_spec
 from xmcbench.errors import XmcbenchError
 from xmcbench.methods import METHODS
 from xmcbench.recipe import Problem, Recipe, RecipeError, read_recipe
-from xmcbench.recipe.load import overrides_applied, problems_from
+from xmcbench.recipe.load import MISSING, overrides_applied, problems_from
+from xmcbench.recipe.schema import NEW_RUN
 from xmcbench.registry import did_you_mean
 from xmcbench.run.phases import TITLED_FORMATS
 
@@ -28,23 +29,62 @@ def check_recipe(path: str | Path, overrides: list[str] | None = None) -> tuple[
         data = read_recipe(path)
     except RecipeError as exc:
         return None, exc.problems
+    return _check_with_overrides(data, str(path), overrides or [])
+
+
+def check_fragment(path: str | Path, overrides: list[str] | None = None) -> list[Problem] | None:
+    """The problems of an include fragment, or None when ``path`` is not one.
+
+    A fragment (``recipes/base/synthetic-smoke.yaml``) holds sections for the recipes that include
+    it and has neither ``name`` nor ``method``, which every recipe has. Its sections are checked as
+    a recipe's would be; only the keys a recipe must have are not asked of it. A file that cannot
+    be read is not known to be a fragment: None, and ``check_recipe`` reports it.
+    """
+    try:
+        data = read_recipe(path)
+    except RecipeError:
+        return None
+    if "name" in data or "method" in data:
+        return None
+    _, problems = _check_with_overrides(data, str(path), overrides or [])
+    return [p for p in problems if p.message != MISSING]
+
+
+def _check_with_overrides(data: dict[str, Any], file: str, overrides: list[str]) -> tuple[Recipe | None, list[Problem]]:
     # a malformed --set is reported beside the recipe's own problems, not instead of them
-    data, override_problems = overrides_applied(data, overrides or [])
-    recipe, problems = check_data(data, str(path))
-    problems = [_blame_override(p, overrides or []) for p in problems]
+    applied, override_problems = overrides_applied(data, overrides)
+    recipe, problems = check_data(applied, file)
+    problems = [_blame_override(p, overrides, data) for p in problems]
     if override_problems:
         return None, override_problems + problems
     return recipe, problems
 
 
-def _blame_override(problem: Problem, overrides: list[str]) -> Problem:
-    """A problem at a key an override set (or inside it) is that ``--set``'s, not the file's: the
-    file may not even hold the key (a mistyped ``--set training.epoch=3``)."""
+def _override_key(item: str) -> str:
+    """The key ``a.b`` of an override ``a.b=c``; "" for a malformed one, which set nothing."""
+    key, applied, _ = item.partition("=")
+    return key.strip() if applied else ""
+
+
+def _blame_override(problem: Problem, overrides: list[str], data: dict[str, Any]) -> Problem:
+    """A problem an override made is that ``--set``'s, not the file's (``data``, before overrides).
+
+    An override at the problem's key, or above it, replaced what the file said there: the file may
+    not even hold the key (a mistyped ``--set training.epoch=3``). Overrides inside the problem's
+    key changed part of its value (``--set expect.P@1=30``, ``--set training.epochs.x=3``): they
+    made the problem when the recipe without them does not have it.
+    """
+    if not problem.key:
+        return problem  # the recipe as a whole
     for item in reversed(overrides):  # the last override of a key is the one that counts
-        key, applied, _ = item.partition("=")
-        key = key.strip()
-        if applied and key and (problem.key == key or problem.key.startswith(key + ".")):
+        key = _override_key(item)
+        if key and (problem.key == key or problem.key.startswith(key + ".")):
             return replace(problem, file=f"--set {item}")
+    inside = [item for item in overrides if _override_key(item).startswith(problem.key + ".")]
+    if inside:
+        without, _ = overrides_applied(data, [item for item in overrides if item not in inside])
+        if not any(p.key == problem.key for p in check_data(without, problem.file)[1]):
+            return replace(problem, file=" ".join(f"--set {item}" for item in inside))
     return problem
 
 
@@ -53,7 +93,7 @@ def check_data(data: dict[str, Any], file: str) -> tuple[Recipe | None, list[Pro
     method = data.get("method") if isinstance(data.get("method"), dict) else None
     dataset = data.get("dataset") if isinstance(data.get("dataset"), dict) else None
     try:
-        recipe = Recipe.model_validate(data)
+        recipe = Recipe.model_validate(data, context=NEW_RUN)
     except ValidationError as exc:
         problems = problems_from(exc, file, Recipe)
         # the method and dataset are checked too, so one run of `validate` lists everything

@@ -516,6 +516,11 @@ def plan_recipe(
     g = int(num_gpus if num_gpus is not None else recipe.hardware.num_gpus)
     from xmcbench.methods import METHODS
 
+    if not getattr(METHODS.get(recipe.method.name), "uses_encoder", True):
+        raise XmcbenchError(
+            f"{recipe.name}: {recipe.method.name} uses no encoder and trains no network (a sparse fit on the "
+            "CPU): there is no GPU memory or GPU time to plan"
+        )
     one_process = getattr(METHODS.get(recipe.method.name), "single_process", None)
     if g > 1 and one_process:
         raise XmcbenchError(
@@ -655,6 +660,8 @@ def plan_recipe(
         if judge.where == "training GPU":  # the run waits for it
             other_s += judge.gpu_hours * 3600
     notes.append(f"step time assumes {utilisation:.0%} of the {gpu}'s bf16 peak ({tflops:.0f} TFLOPS)")
+    if recipe.hardware.devices == "cpu":
+        notes.append(f"the recipe runs on the CPU (hardware.devices: cpu): this plan is for the same run on {gpu}")
     return Plan(
         recipe=recipe.name,
         method=method + (f" ({regime})" if regime else ""),

@@ -6,8 +6,10 @@
 The record is written at every status change and phase, and indexed in the database from the
 start, so a run that dies is listed. Ctrl-C and SIGTERM are recorded as interrupted and the
 phases already done are kept for ``--resume``; a process killed outright leaves "running" with
-a dead pid (read as interrupted) and a heartbeat whose time the next attempt recovers. An
-exclusive lock on the run folder keeps two attempts of one run from going ahead together.
+a dead pid (read as interrupted) and a heartbeat whose time the next attempt recovers. One
+killed after saving its finished record but before indexing it leaves the database behind the
+record: ``--resume`` of a finished run, and ``xmcbench runs list`` / ``runs show``, index it then.
+An exclusive lock on the run folder keeps two attempts of one run from going ahead together.
 
 Under torchrun every rank calls ``run_recipe``; rank 0 alone names the run, holds the lock,
 writes the record, predicts and evaluates. ``_agree_on_run`` is the one place the ranks meet
@@ -106,9 +108,13 @@ def run_recipe(
         run_dir: Path | None = None
         try:
             if resume is not None:
-                run_dir = find_run(runs_root, resume)
+                run_dir = find_run(runs_root, resume, Path(db or paths.default_db_path()).expanduser())
                 stack.enter_context(_run_lock(run_dir))
-                recipe, live = _resume(run_dir, command)
+                record = load_record(run_dir)
+                _check_resumable(record, run_dir)
+                if record["status"] == "finished":
+                    raise XmcbenchError(_finished_already(run_dir, record, db, ingest))
+                recipe, live = _resume(run_dir, record, command)
             else:
                 assert recipe is not None, "run_recipe needs a recipe or a run to resume"
                 db_path = _db_path(db, recipe)
@@ -337,12 +343,41 @@ def _start(run_dir: Path, recipe: Recipe, recipe_path: str | None, command: str 
     return LiveRecord(run_dir, record)
 
 
-def _resume(run_dir: Path, command: str | None) -> tuple[Recipe, LiveRecord]:
-    """The recorded recipe and record of an unfinished run, ready for another attempt."""
-    record = load_record(run_dir)
-    _check_resumable(record, run_dir)
-    if record["status"] == "finished":
-        raise XmcbenchError(f"run {record['run_id']} already finished; nothing to resume")
+def _resume(run_dir: Path, record: dict[str, Any], command: str | None) -> tuple[Recipe, LiveRecord]:
+    """The recorded recipe and ``record`` (checked, unfinished) of a run, ready for another attempt."""
+    recipe = _recorded_recipe(run_dir, record)
+    facts = attempt_facts(command)
+    # Each resume may run other code: keep what every attempt ran with.
+    record.setdefault("attempts", []).append({"resumed_at": utc_now(), **facts})
+    record["provenance"].update(pid=facts["pid"], host=facts["host"])
+    record.update(status="running", error=None)
+    live = LiveRecord(run_dir, record)
+    live.recover_lost_time()
+    return recipe, live
+
+
+def _finished_already(run_dir: Path, record: dict[str, Any], db: str | Path | None, ingest: bool) -> str:
+    """What ``--resume`` of a finished run says, after indexing it again.
+
+    A run killed between saving its finished record and indexing it (or whose last index failed)
+    leaves the database behind its record: listed as running or interrupted, left out of tables,
+    run again by sweeps. The index is the record's copy, so indexing it again is harmless; this
+    makes ``--resume`` of a finished run the way to bring the database up to date.
+    """
+    said = f"run {record['run_id']} already finished; nothing to resume"
+    if not ingest:
+        return said
+    try:
+        db_path = _db_path(db, _recorded_recipe(run_dir, record))
+    except XmcbenchError:  # recipe.yaml gone or damaged: its output.db is unknown, the default is the best guess
+        db_path = Path(db or paths.default_db_path()).expanduser()
+    error = _Indexer(db_path, run_dir).try_index(record)
+    if error is not None:
+        return f"{said} ({error})"
+    return f"{said}; its record is indexed in {db_path}"
+
+
+def _recorded_recipe(run_dir: Path, record: dict[str, Any]) -> Recipe:
     recipe_file = run_dir / RECIPE_FILE
     try:
         data = yaml.safe_load(recipe_file.read_text(encoding="utf-8"))
@@ -356,14 +391,7 @@ def _resume(run_dir: Path, command: str | None) -> tuple[Recipe, LiveRecord]:
         raise XmcbenchError(
             f"{recipe_file} is damaged ({first}), so run {record['run_id']} cannot be resumed; start it again"
         ) from None
-    facts = attempt_facts(command)
-    # Each resume may run other code: keep what every attempt ran with.
-    record.setdefault("attempts", []).append({"resumed_at": utc_now(), **facts})
-    record["provenance"].update(pid=facts["pid"], host=facts["host"])
-    record.update(status="running", error=None)
-    live = LiveRecord(run_dir, record)
-    live.recover_lost_time()
-    return recipe, live
+    return recipe
 
 
 def _check_resumable(record: dict[str, Any], run_dir: Path) -> None:
@@ -385,8 +413,9 @@ def _check_resumable(record: dict[str, Any], run_dir: Path) -> None:
         raise XmcbenchError(f"{run_dir / RECORD_FILE} cannot be resumed ({problem}); start the run again") from None
 
 
-def find_run(runs_root: Path, run_id: str) -> Path:
-    """The folder of run ``run_id`` (a unique prefix is enough; a run folder path also works)."""
+def find_run(runs_root: Path, run_id: str, db: Path | None = None) -> Path:
+    """The folder of run ``run_id`` (a unique prefix is enough; a run folder path also works): under
+    ``runs_root``, else where the database ``db`` says it is (a run made with another --runs-dir)."""
     if not run_id or not run_id.strip():
         raise XmcbenchError("--resume needs a run id; list runs with `xmcbench runs list`")
     given = Path(run_id).expanduser()
@@ -402,8 +431,29 @@ def find_run(runs_root: Path, run_id: str) -> Path:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise XmcbenchError(f"no run {run_id!r} under {runs_root}; list runs with `xmcbench runs list`")
+        indexed = _indexed_run_dir(db, run_id) if db is not None else None
+        if indexed is not None:
+            return indexed
+        raise XmcbenchError(
+            f"no run {run_id!r} under {runs_root}; list runs with `xmcbench runs list`, and give --runs-dir "
+            "for a run made in another folder"
+        )
     raise XmcbenchError(f"{run_id!r} matches {len(matches)} runs: {', '.join(p.name for p in matches[:5])}")
+
+
+def _indexed_run_dir(db: Path, run_id: str) -> Path | None:
+    """The run folder the database records for ``run_id``, when it is still a run folder."""
+    from xmcbench.store import Store
+
+    try:
+        with Store.open(db, read_only=True, missing_ok=True) as store:
+            if not store.exists:
+                return None
+            run_dir = store.get_run(run_id).get("run_dir")
+    except XmcbenchError:  # not indexed, ambiguous, or no readable database: the caller's message says what to do
+        return None
+    folder = Path(run_dir) if run_dir else None
+    return folder if folder is not None and (folder / RECORD_FILE).is_file() else None
 
 
 def _run_lock(run_dir: Path):
@@ -450,20 +500,26 @@ class _Indexer:
                 self._warned = True
 
     def index_finally(self, record: dict[str, Any]) -> None:
+        """Index the end of the run, waiting for a busy database; ``error`` says why it could not."""
+        self.error = self.try_index(record)
+        if self.error is not None:
+            log.error(self.error)
+
+    def try_index(self, record: dict[str, Any]) -> str | None:
+        """Index ``record``, waiting for a busy database; None, or why it could not (naming the ingest)."""
         from xmcbench.store import DatabaseWriteError
 
         try:
             self._index(record, None)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the record on disk is the truth; the index catches up
             reason = redact(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
             if isinstance(exc, DatabaseWriteError):  # it already names the run folder and the ingest to run
-                self.error = f"the run is recorded in {self.run_dir}, but {reason}"
-            else:
-                self.error = (
-                    f"the run is recorded in {self.run_dir}, but the database {self.db_path} could not index it "
-                    f"({reason}); `xmcbench ingest {self.run_dir.parent}` will index it"
-                )
-            log.error(self.error)
+                return f"the run is recorded in {self.run_dir}, but {reason}"
+            return (
+                f"the run is recorded in {self.run_dir}, but the database {self.db_path} could not index it "
+                f"({reason}); `xmcbench ingest {self.run_dir.parent}` will index it"
+            )
+        return None
 
 
 # --------------------------------------------------------------------------------------------

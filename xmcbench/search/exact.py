@@ -326,8 +326,8 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude,
     label_block = int(label_chunk_size or (n_labels if n_labels <= _LABEL_BLOCK else _LABEL_BLOCK))
     label_block = max(1, min(label_block, n_labels))
     key_tensor = _as_tensor(keys, device)  # (L, d)
-    if torch.isnan(key_tensor).any():
-        raise XmcbenchError("label embeddings contain NaN; check the encoder output")
+    if not torch.isfinite(key_tensor).all():
+        raise XmcbenchError(_NOT_FINITE.format(what="label embeddings", where=""))
     _check_queries(queries)
     half = (
         _Bf16Keys(key_tensor, label_block)
@@ -407,8 +407,12 @@ def _default_candidates(k: int, width: int) -> int:
     return 2 * k + 32 if width <= 1 << 18 else 4 * k
 
 
+# An infinite coordinate makes inf * 0 = NaN scores, which the backends would rank differently.
+_NOT_FINITE = "{what} contain NaN or infinite values{where}; check the encoder output"
+
+
 def _check_queries(queries) -> None:
-    """One NaN check for all queries, in blocks of rows (a check per search chunk waits for the
+    """One finiteness check for all queries, in blocks of rows (a check per search chunk waits for the
     device each time; one over the whole array would hold an (n, d) mask)."""
     import torch
 
@@ -416,10 +420,10 @@ def _check_queries(queries) -> None:
     step = max(1, (1 << 24) // max(d, 1))
     for start in range(0, n, step):
         block = queries[start : start + step]
-        bad = torch.isnan(block).any(dim=1) if isinstance(block, torch.Tensor) else np.isnan(block).any(axis=1)
+        bad = ~torch.isfinite(block).all(dim=1) if isinstance(block, torch.Tensor) else ~np.isfinite(block).all(axis=1)
         if bad.any():
             row = start + int(bad.nonzero()[0][0])  # numpy: (indices,); torch: (r, 1) indices
-            raise XmcbenchError(f"query embeddings contain NaN (row {row}); check the encoder output")
+            raise XmcbenchError(_NOT_FINITE.format(what="query embeddings", where=f" (row {row})"))
 
 
 def _mask(scores, excluded, lo: int, hi: int) -> None:
@@ -553,8 +557,8 @@ def _faiss_topk(queries, keys, k, chunk_size, exclude, device=None):
 
     key_array = as_numpy(keys)
     n_labels, d = key_array.shape
-    if np.isnan(key_array).any():
-        raise XmcbenchError("label embeddings contain NaN; check the encoder output")
+    if not np.isfinite(key_array).all():
+        raise XmcbenchError(_NOT_FINITE.format(what="label embeddings", where=""))
     index = faiss.IndexFlatIP(d)
     if _faiss_on_gpu(faiss, device):
         index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
@@ -570,8 +574,8 @@ def _faiss_topk(queries, keys, k, chunk_size, exclude, device=None):
     for start in range(0, n, chunk):
         end = min(start + chunk, n)
         q = as_numpy(queries[start:end])
-        if np.isnan(q).any():
-            raise XmcbenchError(f"query embeddings contain NaN (rows {start}..{end - 1}); check the encoder output")
+        if not np.isfinite(q).all():
+            raise XmcbenchError(_NOT_FINITE.format(what="query embeddings", where=f" (rows {start}..{end - 1})"))
         values, labels = index.search(q, depth)  # (B, depth), best first, -1 when missing
         values = np.where(labels < 0, -np.inf, values).astype(np.float32)
         labels = np.where(labels < 0, n_labels, labels).astype(np.int64)  # sorts after real labels

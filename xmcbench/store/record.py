@@ -141,6 +141,17 @@ def read_record(path: Path) -> dict:
             exc.lineno,
             f"invalid JSON ({exc.msg}, column {exc.colno}); the run record is damaged (re-run or delete the run)",
         ) from None
+    except ValueError as exc:  # Python refuses an integer of more than 4300 digits
+        reason = str(exc).split(":")[0]
+        raise DataFormatError(
+            path, None, f"unreadable JSON ({reason}); the run record is damaged (re-run or delete the run)"
+        ) from None
+    except RecursionError:
+        raise DataFormatError(
+            path,
+            None,
+            "lists or objects nested too deeply to read; the run record is damaged (re-run or delete the run)",
+        ) from None
     if not isinstance(record, dict):
         raise DataFormatError(path, None, f"a run record must be a JSON object, got {type(record).__name__}")
     return record
@@ -200,7 +211,7 @@ def effective_status(record: dict) -> str:
 def parse_metric_name(name: str) -> tuple[str, int | None]:
     """'P@5' -> ('P', 5); 'MRR' -> ('MRR', None)."""
     metric, sep, k = name.partition("@")
-    if sep and k.isdigit():
+    if sep and k.isascii() and k.isdigit():  # isdigit alone takes "²", which int() refuses
         return metric, int(k)
     return name, None
 
@@ -214,7 +225,9 @@ class _Fields:
     def fail(self, key: str, problem: str) -> DataFormatError:
         return DataFormatError(self.where, None, f"field {self.prefix}{key} {problem}")
 
-    def get(self, key: str, kind: type | tuple[type, ...], required: bool = False) -> Any:
+    def get(self, key: str, kind: type | tuple[type, ...], required: bool = False, bits: int = 64) -> Any:
+        """The field's value, checked to be of ``kind`` and storable in the database (an integer
+        within ``bits`` bits: BIGINT columns are 64, INTEGER ones 32)."""
         value = self.section.get(key)
         if value is None:
             if required:
@@ -225,11 +238,21 @@ class _Fields:
         if isinstance(value, bool) and bool not in kinds:
             raise self.fail(key, f"must be {_kind_names(kinds)}, got {value!r}")
         if float in kinds and isinstance(value, int):
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # beyond 1.8e308
+                raise self.fail(key, f"is {_shown(value)}, too large for a number; {_DAMAGED}") from None
         if not isinstance(value, kinds):
             raise self.fail(key, f"must be {_kind_names(kinds)}, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise self.fail(key, f"must be a finite number, got {value!r}")
+        # the database refuses what it cannot hold, and a refused row would cost the whole ingest
+        if isinstance(value, int) and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            raise self.fail(
+                key, f"is {_shown(value)}, beyond a {bits}-bit integer (what the database holds); {_DAMAGED}"
+            )
+        if isinstance(value, str) and not _is_unicode(value):
+            raise self.fail(key, f"holds an unpaired surrogate (not valid Unicode), got {value[:80]!r}; {_DAMAGED}")
         return value
 
     def sub(self, key: str, required: bool = False) -> _Fields:
@@ -245,8 +268,30 @@ class _Fields:
         except ValueError:
             raise self.fail(key, f"must be an ISO-8601 timestamp, got {text!r}") from None
         if stamp.tzinfo is not None:  # the database stores naive UTC
-            stamp = stamp.astimezone(timezone.utc).replace(tzinfo=None)
+            try:
+                stamp = stamp.astimezone(timezone.utc).replace(tzinfo=None)
+            except OverflowError:  # year 1 or 9999 moved past the calendar's end by its offset
+                raise self.fail(
+                    key, f"is a timestamp whose UTC time is out of range, got {text!r}; {_DAMAGED}"
+                ) from None
         return stamp
+
+
+_DAMAGED = "the run record is damaged (re-run or delete the run)"
+
+
+def _shown(value: int) -> str:
+    """An integer as it can be read in a message: a huge one by its size."""
+    return str(value) if value.bit_length() <= 128 else f"an integer of {value.bit_length()} bits"
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` can be stored as UTF-8: JSON's ``\\ud800`` escapes give Python lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _kind_names(kinds: tuple[type, ...]) -> str:
@@ -265,7 +310,7 @@ def record_rows(record: dict, run_dir: Path | str | None, where: Path | str | No
     """Check a parsed record and turn it into rows for runs, scores, compute, accounting."""
     where = where or (Path(run_dir) / RECORD_FILE if run_dir is not None else "<record>")
     top = _Fields(where, record, "")
-    version = top.get("schema_version", int, required=True)
+    version = top.get("schema_version", int, required=True, bits=32)
     if version > RECORD_SCHEMA_VERSION:
         raise top.fail(
             "schema_version",
@@ -350,8 +395,11 @@ def _score_rows(top: _Fields, run_id: str) -> list[dict[str, Any]]:
         if name in seen:
             raise entry.fail("name", f"repeats the metric {name!r}; each metric appears once")
         seen.add(name)
+        cutoff = name.partition("@")[2]
+        if cutoff.isascii() and cutoff.isdigit() and len(cutoff.lstrip("0")) > 9:  # the k column holds 32 bits
+            raise entry.fail("name", f"has a cutoff k too large for the database, got {name[:40]!r}; {_DAMAGED}")
         metric, k = parse_metric_name(name)
-        given_k = entry.get("k", int)
+        given_k = entry.get("k", int, bits=32)
         higher = entry.get("higher_is_better", bool)
         rows.append(
             {
@@ -391,7 +439,7 @@ def _compute_row(comp: _Fields, run_id: str) -> dict[str, Any]:
         "run_id": run_id,
         "device_type": comp.get("device_type", str),
         "device_names": names,
-        "device_count": comp.get("device_count", int),
+        "device_count": comp.get("device_count", int, bits=32),
         "cuda_version": comp.get("cuda_version", str),
         "driver_version": comp.get("driver_version", str),
         "cpu": comp.get("cpu", str),

@@ -64,6 +64,18 @@ class DatabaseWriteError(XmcbenchError):
     """Writing to the results database failed (disk full, no permission); nothing was recorded there."""
 
 
+class UnstorableRecordError(DataFormatError):
+    """A record holds a value the database refuses (a number out of its range, text it cannot encode).
+
+    ``record_rows`` rejects the kinds known; this catches the rest, so one such record is reported
+    bad instead of failing the whole ingest with DuckDB's traceback.
+    """
+
+    def __init__(self, run_id: str, where: Path | str, reason: str):
+        self.run_id = run_id
+        super().__init__(where, None, reason)
+
+
 def say_on_stderr(message: str) -> None:
     """The default ``notify``: one line on stderr, where progress bars and errors go."""
     print(message, file=sys.stderr, flush=True)
@@ -488,7 +500,7 @@ class Store:
         """
         rows = _rows(record, run_dir)
         with self._writing(run_dir) as con:
-            _upsert(con, rows)
+            _upsert(con, rows)  # UnstorableRecordError (a DataFormatError): one line naming the record
         return rows.run_id
 
     def ingest_dir(self, path: Path | str) -> IngestReport:
@@ -538,6 +550,7 @@ class Store:
                 }
                 outcome = IngestReport(bad=list(report.bad), skipped=list(report.skipped))
                 todo: dict[str, RunRows] = {}
+                folders: dict[str, Path] = {}  # run id -> the run directory as found, for a bad record
                 for run_dir, rows in parsed:
                     if rows.run_id in todo:
                         outcome.bad.append(
@@ -551,10 +564,17 @@ class Store:
                         outcome.skipped.append((str(run_dir), "already indexed, unchanged"))
                     else:
                         todo[rows.run_id] = rows
-                if todo:
-                    with self._writing(path) as con:
-                        for rows in todo.values():
-                            _upsert(con, rows)
+                        folders[rows.run_id] = run_dir
+                while todo:
+                    try:
+                        with self._writing(path) as con:
+                            for rows in todo.values():
+                                _upsert(con, rows)
+                        break
+                    except UnstorableRecordError as exc:
+                        # the transaction was rolled back: that record is bad, the others are written without it
+                        del todo[exc.run_id]
+                        outcome.bad.append((str(folders[exc.run_id]), exc.problem))
             except DamagedDatabaseError as exc:
                 self.damage = exc.reason
                 if self._repaired():
@@ -948,10 +968,24 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
 
 
 def _upsert(con: duckdb.DuckDBPyConnection, rows: RunRows) -> None:
+    """Replace the run's rows; ``UnstorableRecordError`` when DuckDB refuses one of its values."""
     for table in RUN_TABLES:
         con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rows.run_id])
-    _insert(con, "runs", [{**rows.runs, "ingested_at": utcnow()}])
-    _insert(con, "scores", rows.scores)
-    _insert(con, "group_scores", rows.group_scores)
-    _insert(con, "compute", [rows.compute] if rows.compute else [])
-    _insert(con, "accounting", [rows.accounting] if rows.accounting else [])
+    tables = {
+        "runs": [{**rows.runs, "ingested_at": utcnow()}],
+        "scores": rows.scores,
+        "group_scores": rows.group_scores,
+        "compute": [rows.compute] if rows.compute else [],
+        "accounting": [rows.accounting] if rows.accounting else [],
+    }
+    for table, table_rows in tables.items():
+        try:
+            _insert(con, table, table_rows)
+        except (duckdb.DataError, duckdb.InvalidInputException) as exc:  # out of range, cannot convert or encode
+            where = Path(rows.runs["run_dir"]) / RECORD_FILE if rows.runs.get("run_dir") else "<record>"
+            raise UnstorableRecordError(
+                rows.run_id,
+                where,
+                f"a value of its {table} row cannot be stored in the database ({_one_line(exc)}); "
+                "the run record is damaged (re-run or delete the run)",
+            ) from None

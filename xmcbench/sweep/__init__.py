@@ -73,12 +73,25 @@ def preview(
 
 def _earlier_runs(plan: SweepPlan, db: Path | None, force: bool) -> dict[str, list[dict]]:
     """recipe hash -> the database's finished runs of that recipe (none with ``force``)."""
+    import logging
+
     from xmcbench.store import Store
+    from xmcbench.store.heal import index_finished
 
     if force:
         return {}
     _, db_path = _places(None, db)
     with Store.open(db_path, read_only=True, missing_ok=True) as store:
+        if store.exists:  # a run killed between its finished record and its index is finished: not run again
+            unfinished = [r for r in store.runs() if r["status"] in ("running", "interrupted")]
+            for run in index_finished(store, unfinished):
+                if run.problem is not None:
+                    logging.getLogger(__name__).warning(
+                        "run %s finished but is not indexed (%s); `xmcbench ingest %s` indexes it",
+                        run.run_id,
+                        run.problem,
+                        run.folder,
+                    )
         return {h: store.finished_with_recipe(h) for h in {r.recipe_hash for r in plan.runs}}
 
 

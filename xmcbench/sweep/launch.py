@@ -24,6 +24,7 @@ from xmcbench.cpus import cpu_threads
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import pid_alive
 from xmcbench.recipe import missed_floors
+from xmcbench.redact import redact
 from xmcbench.run.provenance import git_state
 from xmcbench.run.runner import new_run_id
 from xmcbench.store.record import RECORD_FILE, effective_status, load_record
@@ -201,7 +202,8 @@ _INFO_LINE = re.compile(r"^\d\d:\d\d:\d\d (?:INFO|DEBUG) ")
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     reasons = [line for line in lines if not _INFO_LINE.match(line)]
-    return reasons[-1][:300] if reasons else ""
+    # masked before it is cut: a cut URL or token would no longer be recognised as one
+    return redact(reasons[-1])[:300] if reasons else ""
 
 
 def _last_line(log: Path | None, returncode: int | None) -> str:

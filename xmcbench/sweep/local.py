@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.redact import redact
 from xmcbench.run.provenance import GPUS_ALLOCATED_ENV
 from xmcbench.sweep.launch import Launch, log_name, outcome, run_command, thread_budget
 from xmcbench.sweep.order import longest_first
@@ -217,7 +218,8 @@ class LocalLauncher:
             nproc=launch.run.gpus,
         )
         with open(log, "ab") as out:
-            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n".encode())
+            # the log names the command masked; the child gets the real values to download with
+            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {redact(' '.join(command))}\n".encode())
             out.flush()
             process = subprocess.Popen(
                 command,

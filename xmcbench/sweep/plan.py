@@ -21,6 +21,7 @@ import yaml
 
 from xmcbench.errors import XmcbenchError
 from xmcbench.recipe import Problem, Recipe
+from xmcbench.redact import redact
 from xmcbench.run.check import check_recipe
 
 MAX_RUNS = 10_000  # a typo such as --seeds 0-1000 should not queue a month of work
@@ -173,7 +174,9 @@ def expand(
                 parts = [label, *(f"{_short(k)}={v}" for (k, _), v in zip(grid_values, combo))]
                 if seed is not None:
                     parts.append(f"seed={seed}")
-                key = " ".join(str(p) for p in parts)
+                # the key names the run in the sweep record, the database, its log file and the
+                # status table: a grid value holding a token or URL password is masked there
+                key = redact(" ".join(str(p) for p in parts))
                 recipe, problems = check_recipe(path, overrides)
                 if problems:
                     grid_keys = {k for k, _ in grid_values}
@@ -183,7 +186,7 @@ def expand(
                 assert recipe is not None
                 runs.append(PlannedRun(path, tuple(overrides), key, seed, recipe))
     if failing:
-        raise SweepError(_failing_message(failing, total))
+        raise SweepError(redact(_failing_message(failing, total)))  # a problem may quote a --set value
     same: dict[str, list[str]] = {}
     for run in runs:
         same.setdefault(run.recipe_hash, []).append(run.key)
@@ -193,6 +196,13 @@ def expand(
             "these runs would be the same run (the same recipe once resolved): "
             + "; ".join(" = ".join(keys) for keys in twins[:5])
             + "; give each value once"
+        )
+    keys = [run.key for run in runs]
+    if len(set(keys)) != len(keys):  # grid values that differ only in a masked secret
+        shared = sorted({key for key in keys if keys.count(key) > 1})
+        raise SweepError(
+            f"runs {', '.join(shared[:5])} would share one name: their grid values differ only in a secret "
+            "(a token or URL password), which is masked in names; sweep those values in separate sweeps"
         )
     digest = hashlib.sha256(json.dumps([[r.key, r.recipe_hash] for r in runs], sort_keys=True).encode()).hexdigest()
     return SweepPlan(

@@ -20,7 +20,7 @@ from typing import Any
 from xmcbench import paths
 from xmcbench.errors import XmcbenchError
 from xmcbench.fsutil import check_name, file_lock, utc_now, write_json
-from xmcbench.redact import redact
+from xmcbench.redact import redact, redact_data
 from xmcbench.sweep.plan import SweepPlan
 
 SWEEP_SCHEMA = 1
@@ -117,6 +117,10 @@ class SweepRecord:
         return next(e for e in self.entries if e["key"] == key)
 
     def save(self) -> None:
+        # a run's error can quote what it was given (a URL, a token): masked before it is kept
+        for entry in self.entries:
+            if isinstance(entry.get("error"), str):
+                entry["error"] = redact(entry["error"])
         self.data["updated_at"] = utc_now()
         write_json(sweep_path(self.sweep_id), self.data)
 
@@ -153,7 +157,8 @@ class SweepRecord:
             entry = {
                 "key": run.key,
                 "recipe": run.recipe_path,
-                "overrides": list(run.overrides),
+                # masked here; the run itself is launched with the plan's real values
+                "overrides": [redact(o) for o in run.overrides],
                 "seed": run.seed,
                 "recipe_hash": run.recipe_hash,
                 "gpus": run.gpus,
@@ -182,8 +187,8 @@ class SweepRecord:
             "launcher": launcher,
             "runs_dir": str(runs_dir),
             "db": str(db),
-            "sets": list(plan.sets),
-            "grid": {k: list(v) for k, v in plan.grid},
+            "sets": [redact(s) for s in plan.sets],
+            "grid": redact_data({k: list(v) for k, v in plan.grid}),
             "seeds": list(plan.seeds),
             "runs": runs,
         }

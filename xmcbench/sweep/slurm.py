@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from xmcbench.errors import XmcbenchError
+from xmcbench.redact import redact
 from xmcbench.run.provenance import GPUS_ALLOCATED_ENV
 from xmcbench.sweep.launch import Launch, outcome, run_command
 from xmcbench.sweep.record import SweepRecord, sweep_folder
@@ -171,7 +172,7 @@ class RunJob:
             rdzv_endpoint=endpoint,
             rdzv_id=f"{spec.run_id}-{job_id}",
         )
-        print("running:", " ".join(command), flush=True)
+        print("running:", redact(" ".join(command)), flush=True)  # the job's log file keeps this line
         # its own process group: Slurm's warning signal reaches this process (submitit's handler),
         # and the run is then stopped with SIGTERM so it records itself before the requeue
         self._child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)

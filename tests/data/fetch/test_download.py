@@ -400,6 +400,44 @@ def test_changed_upstream_content_is_refused(server, home):
     assert _listing(raw) == sorted([*LF_FILES[1:], "manifest.json"])
 
 
+def test_a_twin_of_another_form_is_compared_by_content_and_replaces_the_old_one(home, tmp_path):
+    """trn.json fetched where trn.json.gz was recorded (or the reverse): the readers take either, so
+    the same texts replace the old form (never two forms side by side, the stale one read) and other
+    texts are refused like any changed file."""
+    import gzip
+
+    plain = {name.removesuffix(".gz"): data for name, data in _raw_files().items()}
+    first = tmp_path / "gzipped"
+    first.mkdir()
+    for name, data in plain.items():
+        (first / f"{name}.gz").write_bytes(gzip.compress(data))
+    spec = _spec(Source(kind="local", ref=str(first)))
+    raw = download_dataset(spec, progress=False)
+    same = tmp_path / "plain-trn"
+    same.mkdir()
+    for name in plain:
+        (same / f"{name}.gz").write_bytes((first / f"{name}.gz").read_bytes())
+    (same / "trn.json.gz").unlink()
+    (same / "trn.json").write_bytes(plain["trn.json"])
+    download_dataset(
+        spec.model_copy(update={"sources": [Source(kind="local", ref=str(same))]}), progress=False, force=True
+    )
+    assert (raw / "trn.json").read_bytes() == plain["trn.json"] and not (raw / "trn.json.gz").exists()
+    assert "trn.json" in json.loads((raw / "manifest.json").read_text()) and verify_dataset(spec).ok
+    # other texts under the other form again: refused, nothing touched
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in plain:
+        data = gzip.compress(b"other texts\n") if name == "trn.json" else (first / f"{name}.gz").read_bytes()
+        (other / f"{name}.gz").write_bytes(data)
+    before = _listing(raw), (raw / "manifest.json").read_bytes()
+    with pytest.raises(DownloadError, match=r"trn.json.gz \(content compared with the recorded trn.json\) .* differs"):
+        download_dataset(
+            spec.model_copy(update={"sources": [Source(kind="local", ref=str(other))]}), progress=False, force=True
+        )
+    assert (_listing(raw), (raw / "manifest.json").read_bytes()) == before
+
+
 def test_download_without_manifest_is_not_complete(home):
     spec = _spec()
     raw = paths.dataset_raw_dir(spec.raw_group)

@@ -11,7 +11,7 @@ import pytest
 from lf_json_helpers import iter_records, write_lf_json
 
 from xmcbench.data.formats import lf_json as jsonl
-from xmcbench.data.formats.lf_json import read_lf_chunks, read_text_lines
+from xmcbench.data.formats.lf_json import read_lf_chunks, read_name_lines, read_text_lines
 from xmcbench.errors import DataFormatError
 
 RECORDS = [
@@ -243,6 +243,18 @@ def test_read_text_lines(tmp_path):
         read_text_lines(path)
     path.write_bytes(b"\xef\xbb\xbfair_transport\r\nbeef\r\n")  # label_map.txt as Notepad saves it
     assert read_text_lines(path) == ["air_transport", "beef"]
+
+
+def test_label_names_lose_blank_lines_at_the_end_only(tmp_path):
+    """A blank line at the end of labels.txt / Yf.txt is not a label with an empty name (5 labels
+    for 3); a blank line between names stays, since line i is label i."""
+    path = tmp_path / "labels.txt"
+    path.write_bytes(b"music\nrock_band\njazz\n\n \r\n\n")
+    assert read_name_lines(path) == ["music", "rock_band", "jazz"]
+    path.write_bytes(b"music\n\njazz\n")
+    assert read_name_lines(path) == ["music", "", "jazz"]
+    path.write_bytes(b"\n\n")
+    assert read_name_lines(path) == []
 
 
 def test_writer_is_atomic_and_deterministic(tmp_path):

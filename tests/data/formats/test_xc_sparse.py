@@ -55,12 +55,18 @@ def test_read_without_trailing_newline_and_with_crlf(tmp_path):
     assert _same(read_sparse_text(a), read_sparse_text(b))
 
 
-def test_trailing_empty_row_is_kept_when_header_says_so(tmp_path):
+def test_an_empty_last_row_is_an_empty_line_and_a_missing_row_is_refused(tmp_path):
     path = tmp_path / "y.txt"
-    path.write_text("3 3\n0:1\n1:1\n")  # third row is the empty line after the last newline
+    path.write_text("3 3\n0:1\n1:1\n\n")  # every row ends with a newline: the third is empty
     m = read_sparse_text(path)
     assert m.shape == (3, 3)
     assert m.getnnz(axis=1).tolist() == [1, 1, 0]
+    path.write_text("3 3\n0:1\n1:1\n\n  ")  # spaces after the last newline: no row either
+    assert read_sparse_text(path).getnnz(axis=1).tolist() == [1, 1, 0]
+    # one row short of the header: what follows the final newline is not a row (pyxclib's writer, ours)
+    path.write_text("3 3\n0:1\n1:1\n")
+    with pytest.raises(DataFormatError, match="the file has 2; .* end the file with one more newline"):
+        read_sparse_text(path)
 
 
 def test_all_empty_rows_and_zero_rows(tmp_path):
@@ -115,6 +121,8 @@ def test_gzip_detected_by_content(tmp_path):
         ("2 3\n0:1\n1:1\n2:1\n", 4, "header says 2 rows but the file has 3"),
         ("3 3\n0:1\n", None, "header says 3 rows but the file has 1"),
         ("2 3\n0:1\n1:x\n", 3, "bad value"),
+        ("2 3\n0:1 2:1_0\n1:1\n", 2, "bad value"),  # Python's float() reads "1_0" as 10; no file does
+        ("2 3\n0:1_0 2:1_0\n1:1_0\n", 2, "bad value"),  # every value the same: still checked
         ("2 3\n0:1\nfoo\n", 3, "bad token"),
         ("2 3\n0:1 5\n1:1\n", 2, "bad token"),
         ("2 3\n0:1 1:2:3\n1:1\n", 2, "bad value"),
@@ -156,7 +164,11 @@ def test_round_trip(tmp_path, suffix):
     back = load_sparse(path)
     assert back.shape == m.shape
     assert back.getnnz(axis=1)[5] == 0
-    np.testing.assert_array_equal(back.toarray(), m.toarray())  # float32 values round-trip exactly
+    if suffix == ".npz":
+        np.testing.assert_array_equal(back.toarray(), m.toarray())
+    else:  # the text's decimals, read as float64, are the written float32 values once cast back
+        assert back.dtype == np.float64
+        np.testing.assert_array_equal(back.toarray().astype(np.float32), m.toarray())
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
 
 
@@ -231,12 +243,26 @@ def test_utf8_byte_order_mark_is_ignored(tmp_path):
     assert read_filter_file(tmp_path / "filter.txt", (2, 3)).toarray().tolist() == [[0, 0, 0], [0, 0, 1]]
 
 
-def test_values_beyond_float32_become_infinite_without_a_warning(tmp_path):
+def test_values_beyond_float32_are_kept_without_a_warning(tmp_path):
     (tmp_path / "big.txt").write_text("2 3\n0:1e40 1:-1e40\n2:1e40\n")  # uniform and mixed values
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a RuntimeWarning would be printed to the user's terminal
         matrix = read_sparse_text(tmp_path / "big.txt")
-    assert matrix.data.tolist() == [np.inf, -np.inf, np.inf]
+    assert matrix.dtype == np.float64 and matrix.data.tolist() == [1e40, -1e40, 1e40]
+    (tmp_path / "inf.txt").write_text("1 3\n0:inf 1:-inf\n")
+    assert read_sparse_text(tmp_path / "inf.txt").data.tolist() == [np.inf, -np.inf]
+
+
+def test_values_are_never_rounded_and_float32_when_nothing_would_be(tmp_path):
+    """Scores a float32 would merge (0.1 and 0.1 + 1e-12) stay apart, as read from .npz: a top-k of
+    them must not become a tie. Labels and values that are exactly float32 stay float32."""
+    (tmp_path / "scores.txt").write_text("1 3\n0:0.1 1:0.100000000001 2:0.5\n")
+    scores = read_sparse_text(tmp_path / "scores.txt")
+    assert scores.dtype == np.float64 and scores.data.tolist() == [0.1, 0.100000000001, 0.5]
+    for body, data in (("0:1 2:1\n1:1\n", [1, 1, 1]), ("0:0.5 2:-2\n1:1\n", [0.5, -2, 1])):
+        (tmp_path / "labels.txt").write_text("2 3\n" + body)
+        labels = read_sparse_text(tmp_path / "labels.txt")
+        assert labels.dtype == np.float32 and labels.data.tolist() == data
 
 
 def test_read_speed_smoke(tmp_path):
@@ -295,6 +321,10 @@ def test_filter_file_one_line_and_empty(tmp_path):
         ("0 1\n1\n2 2\n", 2, "bad line"),
         ("0 1\na b\n", 2, "bad line"),
         ("0 1\n\n1 1.5\n", 3, "bad line"),
+        ("0 1\n1.0 2.0\n", 2, "bad line"),  # whole-valued floats are not indices either
+        ("inf 1\n", 1, "bad line"),
+        ("0 1\n1e0 2\n", 2, "bad line"),
+        ("0 1\n99999999999999999999 1\n", 2, r"pair \(99999999999999999999, 1\) is out of range"),  # no wrap-around
     ],
 )
 def test_filter_file_errors(tmp_path, content, line, problem):

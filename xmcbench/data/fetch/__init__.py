@@ -21,9 +21,11 @@ URLs and Hugging Face tokens are never printed or written to the manifest.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import os
 import shutil
+import zlib
 from pathlib import Path, PurePosixPath
 
 from xmcbench import fsutil, paths
@@ -155,16 +157,22 @@ def _download_into(
             placed[name] = dest
         entries = {}
         now = fsutil.utc_now()
+        stale = []  # the other form (gzipped / plain) of a file placed now: the readers would pick either
         for name, path in placed.items():
             digest = fsutil.sha256_file(path)
-            prev = manifest.get(name)
+            prev, twin = manifest.get(name), twins(name)[1]
             if prev and prev["sha256"] != digest:
-                raise DownloadError(
-                    f"{name} from {where} (sha256 {digest[:12]}…) differs from the copy recorded in "
-                    f"{raw_dir / MANIFEST_NAME} on {prev.get('downloaded_at', '?')} from {prev.get('source', '?')} "
-                    f"(sha256 {prev['sha256'][:12]}…); the source changed or is a different version — "
-                    f"delete {MANIFEST_NAME} to accept the new files"
-                )
+                _refuse_changed(name, where, digest, prev, raw_dir)
+            if not prev and twin in manifest and (raw_dir / twin).is_file():
+                # trn.json now where trn.json.gz was recorded (or the reverse): the same texts, or refused
+                recorded, fetched_now = _content_sha256(raw_dir / twin), _content_sha256(path)
+                if recorded != fetched_now:
+                    prev_twin = {**manifest[twin], "sha256": recorded}
+                    _refuse_changed(
+                        f"{name} (content compared with the recorded {twin})", where, fetched_now, prev_twin, raw_dir
+                    )
+            if (raw_dir / twin).is_file():
+                stale.append(twin)
             # the same bytes fetched again (--force, another mirror): they now come from here
             entries[name] = {
                 "sha256": digest,
@@ -176,6 +184,9 @@ def _download_into(
             final = raw_dir / name
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, final)
+        for twin in stale:
+            (raw_dir / twin).unlink(missing_ok=True)
+            say(f"{spec.raw_group}: removed {twin}; {twins(twin)[1]} replaces it", highlight=False)
         save_manifest(raw_dir, entries)
         say(f"{spec.raw_group}: {len(placed)} raw files saved in {raw_dir}", highlight=False)
     except KeyboardInterrupt:
@@ -203,6 +214,29 @@ def _download_into(
         shutil.rmtree(staging, ignore_errors=True)
         with contextlib.suppress(OSError):
             downloads.rmdir()  # only when empty: .part files of other sources stay
+
+
+def _refuse_changed(name: str, where: str, digest: str, prev: dict, raw_dir: Path) -> None:
+    raise DownloadError(
+        f"{name} from {where} (sha256 {digest[:12]}…) differs from the copy recorded in "
+        f"{raw_dir / MANIFEST_NAME} on {prev.get('downloaded_at', '?')} from {prev.get('source', '?')} "
+        f"(sha256 {prev['sha256'][:12]}…); the source changed or is a different version — "
+        f"delete {MANIFEST_NAME} to accept the new files"
+    )
+
+
+def _content_sha256(path: Path) -> str:
+    """sha256 of a file's content, gunzipped when it is a .gz (a damaged one gets a digest of its own)."""
+    if not path.name.endswith(".gz"):
+        return fsutil.sha256_file(path)
+    h = hashlib.sha256()
+    try:
+        with gzip.open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except (OSError, EOFError, zlib.error):
+        return "damaged:" + fsutil.sha256_file(path)
+    return h.hexdigest()
 
 
 def _fetch(spec: DatasetSpec, src: Source, downloads: Path, progress: bool, say) -> Path:

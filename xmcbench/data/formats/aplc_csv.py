@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from xmcbench.data.formats import Format, QueryChunk
-from xmcbench.data.formats.lf_json import open_maybe_gzip, read_text_lines, unescape_texts
+from xmcbench.data.formats.lf_json import open_maybe_gzip, read_name_lines, unescape_texts
 from xmcbench.errors import DataFormatError
 
 N_COLUMNS = 3  # id, text, labels
@@ -92,7 +92,7 @@ def read_aplc_csv(path: Path, label_index: dict[str, int]) -> tuple[list[str], l
 
 def read_label_names(path: Path) -> list[str]:
     """The label names of ``labels.txt``, one per line, as APLC reads them (``line.strip()``)."""
-    return [line.strip() for line in read_text_lines(path)]
+    return [line.strip() for line in read_name_lines(path)]
 
 
 def _read_labels(spec, files: dict[str, Path], progress: bool) -> Iterator[tuple[list[str], list[str]]]:

@@ -21,14 +21,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmcbench.data.formats import Format, QueryChunk
-from xmcbench.data.formats.lf_json import read_text_lines
+from xmcbench.data.formats.lf_json import read_name_lines, read_text_lines
 from xmcbench.data.formats.xc_sparse import load_sparse
 from xmcbench.errors import DataFormatError
 
 
 def read_label_map(path: Path) -> list[str]:
     """Label names, one per line, underscores read as spaces."""
-    return [name.replace("_", " ").strip() for name in read_text_lines(path)]
+    return [name.replace("_", " ").strip() for name in read_name_lines(path)]
 
 
 def read_eurlex_split(texts_path: Path, labels_path: Path, n_labels: int) -> tuple[list[str], sp.csr_matrix]:

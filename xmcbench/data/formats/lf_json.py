@@ -105,6 +105,16 @@ def read_text_lines(path: Path) -> list[str]:
     return unescape_texts([line[:-1] if line.endswith("\r") else line for line in lines])
 
 
+def read_name_lines(path: Path) -> list[str]:
+    """``read_text_lines`` of a file of label names, one per line: blank lines at its end (an editor's,
+    or a writer's extra newline) are dropped, since a label has a name. Blank lines before the last
+    name stay: line i is label i."""
+    lines = read_text_lines(path)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
 def unescape_texts(texts: list[str]) -> list[str]:
     """``html.unescape`` each text; the '&' test skips the call for the many texts without entities."""
     return [html.unescape(t) if "&" in t else t for t in texts]

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xmcbench.data.formats import Format, QueryChunk
-from xmcbench.data.formats.lf_json import read_query_chunks, read_text_lines
+from xmcbench.data.formats.lf_json import read_name_lines, read_query_chunks
 
 ARROW = "->"
 
@@ -25,7 +25,7 @@ ARROW = "->"
 def read_yf(path: Path) -> tuple[list[str], list[str]]:
     """``(uids, names)`` of the labels in ``Yf.txt``, one per line."""
     uids, names = [], []
-    for line in read_text_lines(path):
+    for line in read_name_lines(path):
         uid, arrow, name = line.partition(ARROW)
         if not arrow:
             uid, name = "", line

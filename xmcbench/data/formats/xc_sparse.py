@@ -48,8 +48,12 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 _ZIP_MAGIC = b"PK\x03\x04"
 _NPY_MAGIC = b"\x93NUMPY"
 _TOKEN = re.compile(rb"^(-?\d+):(\S+)$")
+# A value as C's strtod reads it, not Python's float(), which also takes "1_0" (10.0)
+_NUMBER = re.compile(rb"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE)
 _IS_WS = np.zeros(256, dtype=bool)
 _IS_WS[list(b" \t\r\n\v\f")] = True  # lookup table: byte -> is whitespace
+_FILTER_BYTES = _IS_WS.copy()
+_FILTER_BYTES[list(b"0123456789-")] = True  # what a filter file's lines may hold
 
 
 # --------------------------------------------------------------------------------------------
@@ -87,19 +91,29 @@ def _parse_numbers(text: bytes) -> np.ndarray | None:
 
 
 def _split_rows(path: Path, body: bytes, n_rows: int) -> list[bytes]:
-    """The body's lines, reconciling the optional trailing newline with the header's row count."""
+    """The body's lines, reconciling the optional trailing newline with the header's row count.
+
+    Every row ends with a newline (the last one may lack it), so what follows a final newline is
+    never a row: an empty last row is an empty line ("...\n\n"). Read otherwise, a file one row
+    short of its header would pass with an empty last row.
+    """
     lines = body.split(b"\n")
-    if len(lines) == n_rows + 1 and lines[-1].strip() == b"":
+    if lines[-1].strip() == b"" and (lines[-1] == b"" or len(lines) == n_rows + 1):
         lines.pop()  # the usual trailing newline after the last row
-    if len(lines) != n_rows and not (n_rows == 0 and lines == [b""]):
-        found = len(lines) - (1 if lines[-1].strip() == b"" else 0)  # a final newline ends the last row
+    if len(lines) != n_rows:
+        found = len(lines)
+        hint = (
+            "; if its last row is empty, end the file with one more newline (an empty row is an empty line)"
+            if found == n_rows - 1 and body.endswith(b"\n")
+            else " (an empty row is an empty line)"
+        )
         raise DataFormatError(
             path,
             n_rows + 2 if found > n_rows else None,  # too many: point at the first extra row
-            f"header says {n_rows} rows but the file has {found}; "
-            "fix the header's first number or the number of lines (an empty row is an empty line)",
+            f"header says {n_rows} rows but the file has {found}; fix the header's first number or the "
+            f"number of lines{hint}",
         )
-    return lines if n_rows else []
+    return lines
 
 
 def _parse_digits(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
@@ -120,9 +134,9 @@ def _parse_digits(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.n
 
 
 def _parse_values(buf: np.ndarray, is_ws: np.ndarray, starts: np.ndarray, colons: np.ndarray) -> np.ndarray | None:
-    """float32 value of every token (text after its ':'); None if one is not a number."""
+    """float64 value of every token (text after its ':'); None if one is not a number."""
     if colons.size == 0:
-        return np.empty(0, dtype=np.float32)
+        return np.empty(0, dtype=np.float64)
     ends = np.flatnonzero(~is_ws & np.concatenate((is_ws[1:], [True]))) + 1  # exclusive token ends
     first = colons + 1
     lengths = ends - first
@@ -130,10 +144,8 @@ def _parse_values(buf: np.ndarray, is_ws: np.ndarray, starts: np.ndarray, colons
     if lengths.min() == lengths.max() <= 32:
         text = buf[first[:, None] + np.arange(lengths[0])]  # (tokens, length) bytes
         if np.all(text == text[0]):
-            try:
-                return np.full(lengths.size, float(text[0].tobytes()), dtype=np.float32)
-            except ValueError:
-                return None
+            value = text[0].tobytes()
+            return np.full(lengths.size, float(value), dtype=np.float64) if _NUMBER.fullmatch(value) else None
     # Otherwise blank out each token's "index:" and parse the values in one C-level pass.
     in_index = np.zeros(buf.size + 1, dtype=np.int8)
     in_index[starts] += 1
@@ -144,7 +156,7 @@ def _parse_values(buf: np.ndarray, is_ws: np.ndarray, starts: np.ndarray, colons
     numbers = _parse_numbers(values_text.tobytes())
     if numbers is None or numbers.size != colons.size:
         return None
-    return numbers.astype(np.float32)
+    return numbers
 
 
 def _diagnose_sparse_rows(path: Path, lines: list[bytes], n_cols: int) -> None:
@@ -159,12 +171,10 @@ def _diagnose_sparse_rows(path: Path, lines: list[bytes], n_cols: int) -> None:
                     path, lineno, f"bad token {token.decode(errors='replace')!r}; expected index:value like 12:1.0"
                 )
             idx = int(match.group(1))
-            try:
-                float(match.group(2))
-            except ValueError:
+            if not _NUMBER.fullmatch(match.group(2)):
                 raise DataFormatError(
                     path, lineno, f"bad value in token {token.decode(errors='replace')!r}; expected a number"
-                ) from None
+                )
             if idx < 0:
                 raise DataFormatError(path, lineno, f"negative column index {idx}; indices are zero-based and >= 0")
             if idx >= n_cols:
@@ -205,7 +215,10 @@ def _parse_header(path: Path, header: bytes) -> tuple[int, int]:
 
 
 def read_sparse_text(path: str | os.PathLike, n_cols: int | None = None) -> sp.csr_matrix:
-    """Read a sparse text file (plain or gzip) into a float32 CSR matrix with sorted indices.
+    """Read a sparse text file (plain or gzip) into a CSR matrix with sorted indices, no value rounded.
+
+    The values are float32 when every one of them is exactly a float32 (labels, scores saved from
+    float32), else float64: two scores a float32 would merge stay apart, as they do read from .npz.
 
     ``n_cols``, when given, replaces the header's column count as the matrix width (useful when a
     file's header under-states the label space); indices are then checked against ``n_cols``.
@@ -248,8 +261,7 @@ def read_sparse_text(path: str | os.PathLike, n_cols: int | None = None) -> sp.c
     # 3. Indices: the digits between each token's start and its ':' (vectorised integer parse).
     indices = _parse_digits(buf, starts, colons) if ok else None
     # 4. Values: the text between each ':' and the end of its token.
-    with np.errstate(over="ignore"):  # beyond float32's range is ±inf, which the checks downstream judge
-        values = _parse_values(buf, is_ws, starts, colons) if indices is not None else None
+    values = _parse_values(buf, is_ws, starts, colons) if indices is not None else None
     if values is None:
         _diagnose_sparse_rows(path, lines, cols)
         raise DataFormatError(path, None, "could not parse the file; every token must be index:value")
@@ -271,6 +283,10 @@ def read_sparse_text(path: str | os.PathLike, n_cols: int | None = None) -> sp.c
             raise DataFormatError(
                 path, int(rows[dup[0]]) + 2, f"column index {indices[dup[0]]} appears twice in the same row"
             )
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, unequal, so float64 is kept
+        narrow = values.astype(np.float32)
+    if np.array_equal(narrow, values, equal_nan=True):
+        values = narrow
     index_dtype = np.int32 if max(cols, indices.size) < np.iinfo(np.int32).max else np.int64
     matrix = sp.csr_matrix((values, indices.astype(index_dtype), indptr.astype(index_dtype)), shape=(n_rows, cols))
     matrix.has_sorted_indices = True
@@ -279,7 +295,8 @@ def read_sparse_text(path: str | os.PathLike, n_cols: int | None = None) -> sp.c
 
 def _format_rows(matrix: sp.csr_matrix) -> bytes:
     """Body of the sparse text file: one line per row, ``index:value`` tokens."""
-    value_fmt = "%.9g" if matrix.dtype.itemsize <= 4 else "%.17g"  # round-trips the dtype exactly
+    # enough digits that the values come back exactly in the matrix's dtype (float32: once cast back)
+    value_fmt = "%.9g" if matrix.dtype.itemsize <= 4 else "%.17g"
     counts = np.diff(matrix.indptr)
     token = "%d:" + value_fmt
     row_fmts: dict[int, str] = {}
@@ -398,27 +415,30 @@ def read_filter_file(path: str | os.PathLike, shape: tuple[int, int]) -> sp.csr_
     n_docs, n_labels = int(shape[0]), int(shape[1])
     text = _read_bytes(path).replace(b"\r\n", b"\n")
     numbers = _parse_numbers(text)
-    if numbers is None or numbers.size % 2 or not np.all(numbers == np.floor(numbers)):
+    # only digits, minus signs and whitespace: no "1.0", "inf" or "1e3" passes as an index
+    if numbers is None or numbers.size % 2 or not _FILTER_BYTES[np.frombuffer(text, dtype=np.uint8)].all():
         _diagnose_filter_lines(path, text)
         raise DataFormatError(path, None, "could not parse the file; every line must be 'doc_index label_index'")
-    pairs = numbers.astype(np.int64).reshape(-1, 2)  # (n_pairs, 2) even for 0 or 1 pair
-    if pairs.size:
+    values = numbers.reshape(-1, 2)  # (n_pairs, 2) float64, even for 0 or 1 pair
+    if values.size:
         # Ignoring the line structure in the fast parse is only safe if each line holds one pair.
         non_blank = [line for line in text.split(b"\n") if line.strip()]
-        if len(non_blank) != pairs.shape[0]:
+        if len(non_blank) != values.shape[0]:
             _diagnose_filter_lines(path, text)
+        # checked as floats: an index beyond int64 must be out of range, not wrap around
         bad = np.flatnonzero(
-            (pairs[:, 0] < 0) | (pairs[:, 0] >= n_docs) | (pairs[:, 1] < 0) | (pairs[:, 1] >= n_labels)
+            (values[:, 0] < 0) | (values[:, 0] >= n_docs) | (values[:, 1] < 0) | (values[:, 1] >= n_labels)
         )
         if bad.size:
             line_numbers = [i for i, line in enumerate(text.split(b"\n"), start=1) if line.strip()]
-            doc, label = pairs[bad[0]]
+            doc, label = non_blank[bad[0]].split()
             raise DataFormatError(
                 path,
                 line_numbers[bad[0]],
-                f"pair ({doc}, {label}) is out of range for {n_docs} documents x {n_labels} labels; "
-                "indices are zero-based — is this the filter file of this split?",
+                f"pair ({doc.decode()}, {label.decode()}) is out of range for {n_docs} documents x {n_labels} "
+                "labels; indices are zero-based — is this the filter file of this split?",
             )
+    pairs = values.astype(np.int64)
     matrix = sp.csr_matrix(
         (np.ones(pairs.shape[0], dtype=np.float32), (pairs[:, 0], pairs[:, 1])), shape=(n_docs, n_labels)
     )

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from xmcbench.data.formats import Format, QueryChunk
-from xmcbench.data.formats.lf_json import read_text_lines
+from xmcbench.data.formats.lf_json import read_name_lines, read_text_lines
 from xmcbench.data.formats.xc_sparse import read_sparse_text
 from xmcbench.errors import DataFormatError
 
@@ -54,7 +54,7 @@ def read_titles_and_contents(path: Path) -> tuple[list[str], list[str]]:
 
 
 def _read_labels(spec, files: dict[str, Path], progress: bool) -> Iterator[tuple[list[str], list[str]]]:
-    names = [line.strip() for line in read_text_lines(files[LABEL_TEXTS])]
+    names = [line.strip() for line in read_name_lines(files[LABEL_TEXTS])]
     yield names, [""] * len(names)
 
 
