@@ -117,3 +117,12 @@ def test_max_length_without_room_for_text_is_refused(max_length):
     assert enc.encode(["one word", "other"]).shape == (2, 384)
     with pytest.raises(XmcbenchError, match="encoder.label_max_length 2 leaves no room"):
         enc.encode(["a label"], max_length=2)
+
+
+def test_a_length_beyond_the_models_positions_is_refused_before_any_text_meets_it():
+    """MiniLM has 512 positions: 1024 passed validation and failed at the first long text, mid-training."""
+    enc = TextEncoder("all-MiniLM-L6-v2", max_length=32)
+    assert enc.max_positions == 512
+    enc.check_length(512, "encoder.max_length")
+    with pytest.raises(XmcbenchError, match="encoder.max_length 1024 is more than the 512 token positions"):
+        TextEncoder("all-MiniLM-L6-v2", max_length=1024)

@@ -223,6 +223,9 @@ def test_maclr_records_each_stage_batch_and_says_each_clip_once(tiny_recipe, tmp
     )
     assert acc["label_negatives"] == 20
     said_once(caplog, "method.pseudo_top_k 50 is more than the 20 labels")
+    messages = [r.getMessage() for r in caplog.records]
+    first = next(i for i, m in enumerate(messages) if "method.pseudo_top_k" in m)
+    assert first < next(i for i, m in enumerate(messages) if "method.label_negatives" in m)  # before Stage I
     k = said_once(caplog, "method.k0 4 doubles to")
     assert k.endswith(f"the run uses {pairs} clusters (every instance its own) from then on")
 
@@ -248,3 +251,32 @@ def test_lmtx_records_the_batch_that_ran_and_says_each_clip_once(tiny_recipe, tm
     assert trained, "the fake judge accepted nothing: the batch is never used"
     assert acc["batch_size"] == max(c["pseudo_positive_docs"] for c in trained) <= 20
     said_once(caplog, f"training.batch_size {BIG:,} is more than the ")
+
+
+def test_dexml_soft_top_k_that_selects_every_label_is_refused_and_small_pools_are_said(tiny_recipe, tmp_path, caplog):
+    """SoftTop-k of k >= the labels in the loss is 0 with no gradient: a run that trained nothing and
+    passed for one that trained (review 2026-11-28). All negatives: refused; a pool that small: said."""
+    from xmcbench.errors import XmcbenchError
+
+    every = small(tiny_recipe, "{name: dexml, regime: all_negatives, loss: soft_top_k, soft_top_k: 20}")
+    with pytest.raises(XmcbenchError, match="method.soft_top_k 20 is not below the 20 labels"):
+        run(every, tmp_path / "every")
+    pools = small(
+        tiny_recipe,
+        "{name: dexml, regime: hard_negatives, loss: soft_top_k, soft_top_k: 10, hard_negatives: 0}",
+        batch_size=4,
+    )
+    with caplog.at_level(logging.WARNING):
+        assert run(pools, tmp_path / "pools").record["status"] == "finished"
+    assert "no more than method.soft_top_k = 10: SoftTop-k selects them all" in said_once(caplog, "epoch ")
+    with pytest.raises(XmcbenchError, match=r"shortlist_k \(1\) must be at least hard_negatives \(5\)"):
+        small(tiny_recipe, "{name: dexml, shortlist_k: 1, hard_negatives: 5}").method_config()
+
+
+def test_a_validation_split_that_leaves_nothing_names_its_key(tiny_recipe, tmp_path):
+    from xmcbench.errors import XmcbenchError
+
+    recipe = small(tiny_recipe, "{name: dexml}", extra="")
+    recipe = recipe.model_copy(update={"training": recipe.training.model_copy(update={"validation_fraction": 0.999})})
+    with pytest.raises(XmcbenchError, match="training.validation_fraction 0.999 of the 40 training queries"):
+        run(recipe, tmp_path)

@@ -143,6 +143,24 @@ class TextEncoder(nn.Module):
 
     def check_length(self, max_length: int, what: str) -> None:
         check_room_for_text(self.tokenizer, max_length, what, self.name)
+        positions = self.max_positions
+        if positions is not None and max_length > positions:  # else the first long text fails mid-training
+            raise XmcbenchError(
+                f"{what} {max_length} is more than the {positions} token positions encoder {self.name!r} has; "
+                f"set {what} to at most {positions}"
+            )
+
+    @property
+    def max_positions(self) -> int | None:
+        """Tokens the model can embed in one text (its position table), None when its config does not say."""
+        config = self.model.config
+        positions = getattr(config, "max_position_embeddings", None)
+        if not isinstance(positions, int) or positions <= 0:
+            return None
+        # RoBERTa-style models number positions from padding_idx + 1: two rows of the table are not usable
+        if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet"):
+            positions -= int(getattr(config, "pad_token_id", 1) or 1) + 1
+        return positions
 
     def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         return self.tokenizer(

@@ -38,17 +38,21 @@ on the test set (never: ``training.validation_fraction`` carves a validation spl
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from scipy import sparse
 
+from xmcbench.errors import XmcbenchError
 from xmcbench.methods import dual_encoder as de
 from xmcbench.methods.base import RunContext, TrainTask
+
+log = logging.getLogger(__name__)
 
 
 class DexmlConfig(de.DualEncoderConfig):
@@ -71,6 +75,16 @@ class DexmlConfig(de.DualEncoderConfig):
     # chunk (same gradients, one more forward pass over the pool); None: the pool with one graph
     pool_chunk: int | None = Field(default=None, gt=0)
     lr_scale_with_gpus: bool = False
+
+    @model_validator(mode="after")
+    def _shortlist_holds_the_negatives(self) -> DexmlConfig:
+        if self.regime == "hard_negatives" and 0 < self.shortlist_k < self.hard_negatives:
+            # the rest would be uniform random labels, counted as hard negatives
+            raise ValueError(
+                f"shortlist_k ({self.shortlist_k}) must be at least hard_negatives ({self.hard_negatives}): "
+                "the m negatives of a query are drawn from its shortlist"
+            )
+        return self
 
 
 class DexmlMethod:
@@ -102,6 +116,13 @@ class DexmlMethod:
         c, t = self.config, self.recipe.training
         labels = task.train_labels
         world, rank = get_world_size(), get_rank()
+        if c.loss == "soft_top_k" and c.soft_top_k >= labels.shape[1]:
+            # every label is in the top k: the loss is 0 with no gradient at every step
+            raise XmcbenchError(
+                f"method.soft_top_k {c.soft_top_k:,} is not below the {labels.shape[1]:,} labels: SoftTop-k of k or "
+                "fewer labels selects them all and gives no gradient; choose a smaller k (the paper's: 5)"
+            )
+        self._small_pool_said = False
 
         # 1. encoder, token caches, training rows (a validation split is carved out when asked)
         self.encoder = de.build_encoder(self.recipe, dropout=c.dropout).to(ctx.device)
@@ -309,6 +330,17 @@ class DexmlMethod:
                 shortlist[batch], labels[batch_rows], c.hard_negatives, step_rng(seed, epoch, step, "negatives")
             )  # (B, m)
         pool = build_label_pool(labels, batch_rows, positives, negatives)
+        if c.loss == "soft_top_k" and pool.size <= c.soft_top_k and not self._small_pool_said:
+            self._small_pool_said = True  # once a run: small batches (the last of an epoch) may do it every epoch
+            log.warning(
+                "epoch %d step %d: the pool holds %d labels, no more than method.soft_top_k = %d: SoftTop-k selects "
+                "them all and gives the step no gradient (and any other step with a pool this small); lower "
+                "method.soft_top_k or raise training.batch_size or method.hard_negatives",
+                epoch,
+                step,
+                pool.size,
+                c.soft_top_k,
+            )
         # The counted positives are the sampled ones *in the pool*: one_positive counts the first
         # (it must be a pool column, else its row gets no term), SoftTop-k's released variant all β.
         counted_slots = None

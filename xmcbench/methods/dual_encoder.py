@@ -379,6 +379,11 @@ def split_validation(rows: np.ndarray, fraction: float, seed: int) -> tuple[np.n
         return rows, rows[:0]
     rng = np.random.default_rng([seed, 7919])
     n_val = max(1, int(round(fraction * rows.size)))
+    if n_val >= rows.size:  # nothing left to train on: said here, not by the sampler as "0 queries"
+        raise XmcbenchError(
+            f"training.validation_fraction {fraction:g} of the {rows.size:,} training queries with labels leaves "
+            "none to train on; lower it (0.05 is typical) or set it to 0 for no validation split"
+        )
     perm = rng.permutation(rows.size)
     return np.sort(rows[perm[n_val:]]), np.sort(rows[perm[:n_val]])
 

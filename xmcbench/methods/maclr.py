@@ -185,6 +185,11 @@ class MaclrMethod:
         )
         self._batches = {}
         self._dataset = (task.dataset_name, task.dataset_version)  # names the token caches of its texts
+        stage2 = c.self_training and c.stage2_steps > 0 and (task.train_labels is None or c.pretrain)
+        if stage2 and c.pseudo_top_k > len(labels):  # said now, not after hours of Stage I
+            de.warn_clipped(  # both views then keep every label
+                "method.pseudo_top_k", c.pseudo_top_k, len(labels), f"is more than the {len(labels):,} labels"
+            )
         self._pools = []  # [pool, steps] runs of the steps' label pools, for a kept pre-training
         walls: dict[str, float] = {}
         pretrains = task.train_labels is None or c.pretrain
@@ -318,10 +323,6 @@ class MaclrMethod:
 
         c = self.config
         e = self.recipe.encoder
-        if c.pseudo_top_k > len(labels):  # both views then keep every label
-            de.warn_clipped(
-                "method.pseudo_top_k", c.pseudo_top_k, len(labels), f"is more than the {len(labels):,} labels"
-            )
         inst = self._encode(texts, ctx, instance=True)  # (N, d)
         lab = self.encoder.encode(
             labels,
