@@ -72,8 +72,8 @@ def check_model_files(model_dir: Path, method: str) -> None:
     if method not in METHOD_PARTS:
         known = ", ".join(sorted(METHOD_PARTS))
         raise XmcbenchError(
-            f"method {method!r} has no trained model to publish (push supports {known}); "
-            "a zero-shot encoder is published as it is"
+            f"method {method!r} has no trained model to publish (push supports {known}): it trains nothing, "
+            "so its scores alone can be shared, with `xmcbench push-results`"
         )
     parts = METHOD_PARTS[method]
     needed = [f"{ENCODER_DIR}/{name}" for name in ENCODER_FILES] + [*parts["arrays"], *parts["copy"]]
