@@ -247,3 +247,15 @@ def test_a_table_in_a_narrow_terminal_cuts_no_cell(width, monkeypatch):
     for cell in ("maclr-zero-shot-encoder", "40.90", "12.42", "37.47", "21.19", "60.87", "nDCG@5", "R@100"):
         assert cell in text, text
     assert text.replace("│", "").replace(" ", "").replace("\n", "").count("x") == 40  # folded, all there
+
+
+def test_an_error_line_never_shows_a_secret(tmp_path, monkeypatch):
+    """An error quoting a URL or a value as given (a run's failure, copied into a sweep's log) is masked."""
+    from xmcbench.errors import XmcbenchError
+
+    monkeypatch.setenv("XMCBENCH_HOME", str(tmp_path))
+    error = XmcbenchError("cannot download https://alice:pw12345678@mirror.example/x.tar.gz (token hf_secretXXXX)")
+    result = CliRunner().invoke(_app_raising(error), [])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: cannot download https://***@mirror.example/x.tar.gz (token hf_***)")
+    assert "pw12345678" not in result.output and "secretXXXX" not in result.output

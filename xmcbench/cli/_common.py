@@ -22,6 +22,7 @@ from rich.table import Table
 from xmcbench import paths
 from xmcbench.errors import XmcbenchError
 from xmcbench.faults import DISK_FULL_ERRNOS, NOT_WRITABLE_ERRNOS, cannot_write
+from xmcbench.redact import redact
 
 # Lines that carry a path, a run id or a command are printed with soft_wrap=True: the terminal folds
 # them, rich never breaks them with a newline, so they copy back whole. Tables and live displays
@@ -69,8 +70,9 @@ def handle_errors(fn: F) -> F:
 
 
 def _error_line(message: str) -> None:
-    # Messages quote paths and names the user chose: "[" in them must print, not style.
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    # Messages quote paths and names the user chose: "[" in them must print, not style. They may
+    # quote a URL or a value given with its credentials too, and stderr often goes to a log file.
+    err_console.print(f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True)
     raise typer.Exit(1) from None
 
 
