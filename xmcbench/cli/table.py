@@ -173,7 +173,7 @@ def table(
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         if store.exists and results is None:  # a run killed between its record and its index counts
-            heal_finished_runs(store, [r for r in store.runs() if r["status"] in ("running", "interrupted")])
+            heal_finished_runs(store, store.runs())  # reads only unfinished runs' records
         filters = dict(
             metrics=metric_names,
             split=split,

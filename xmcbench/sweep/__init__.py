@@ -83,8 +83,7 @@ def _earlier_runs(plan: SweepPlan, db: Path | None, force: bool) -> dict[str, li
     _, db_path = _places(None, db)
     with Store.open(db_path, read_only=True, missing_ok=True) as store:
         if store.exists:  # a run killed between its finished record and its index is finished: not run again
-            unfinished = [r for r in store.runs() if r["status"] in ("running", "interrupted")]
-            for run in index_finished(store, unfinished):
+            for run in index_finished(store, store.runs()):  # reads only unfinished runs' records
                 if run.problem is not None:
                     logging.getLogger(__name__).warning(
                         "run %s finished but is not indexed (%s); `xmcbench ingest %s` indexes it",
