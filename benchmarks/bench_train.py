@@ -309,9 +309,17 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
     device = "cuda" if cuda else "cpu"
     precision = resolve_precision(recipe.training.precision, device)
     ctx = RunContext(run_dir=Path(run_dir), device=device, precision=precision, progress=False, seed=0)
+    if os.environ.get("XMCBENCH_BENCH_ONE_GROUP"):
+        import xmcbench.methods.dual_encoder as de
+
+        de.embed_groups = lambda encoder, lengths, device: [np.arange(len(lengths))]
+    profile_to = os.environ.get("XMCBENCH_BENCH_PROFILE")
     clock = StepClock(cuda)
     start = time.perf_counter()
-    method.fit(task, ctx)
+    if profile_to:
+        _profiled(lambda: method.fit(task, ctx), Path(profile_to))
+    else:
+        method.fit(task, ctx)
     fit_s = time.perf_counter() - start
     clock.handle.remove()
     if stages:  # the first stage's figures at the top, as for one optimiser; each stage's beside them
@@ -336,6 +344,22 @@ def child(method: str, recipe_data: dict, run_dir: str) -> dict:
         except Exception as err:  # keep the measured step whatever the estimate does
             out["plan_error"] = f"{type(err).__name__}: {err}"
     return out
+
+
+def _profiled(fn, out: Path) -> None:
+    """Run ``fn`` under cProfile; write its costliest calls (by cumulative and by own time) to ``out``."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(fn)
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("tottime").print_stats(25)  # own time: a call that waits for the GPU shows here
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text.getvalue())
 
 
 def _plan(recipe) -> dict:
@@ -407,6 +431,10 @@ def _run(args, home: Path) -> dict:
         with tempfile.TemporaryDirectory(prefix=f"run-{method}-") as run_dir:
             command = [sys.executable, __file__, "--child", method, "--recipe", json.dumps(data), "--run-dir", run_dir]
             env = os.environ.copy()
+            if args.profile:
+                env["XMCBENCH_BENCH_PROFILE"] = str(Path(args.profile).resolve() / f"{method}.txt")
+            if args.one_length_group:
+                env["XMCBENCH_BENCH_ONE_GROUP"] = "1"
             if args.precision == "bf16-forced":  # measure what bf16 costs where xmcbench would not use it
                 env["XMCBENCH_CPU_BF16"] = "on"
             try:
@@ -418,7 +446,14 @@ def _run(args, home: Path) -> dict:
         if done.returncode != 0:
             results["methods"][method] = {"error": _last_error(done.stderr), **scaled}
         else:
-            results["methods"][method] = {**json.loads(done.stdout.strip().splitlines()[-1]), **scaled, "recipe": data}
+            recorded = data
+            if args.encoder == "distilbert":  # the temporary folder's name would not outlive the run: its shape
+                recorded = {**data, "encoder": {**data["encoder"], "name": "distilbert-base-uncased"}}
+            results["methods"][method] = {
+                **json.loads(done.stdout.strip().splitlines()[-1]),
+                **scaled,
+                "recipe": recorded,
+            }
         _save(args, results)
     return results
 
@@ -485,6 +520,17 @@ def parse_args(argv=None):
     ap.add_argument("--method-timeout", type=float, default=None, help="seconds; a slower method is stopped")
     ap.add_argument("--out", default=None, help="also write the results here, after every method")
     ap.add_argument("--home", default=None, help="XMCBENCH_HOME for the synthetic data (default: a temp folder)")
+    ap.add_argument(
+        "--profile",
+        default=None,
+        help="a folder: each method's fit runs under cProfile, its 40 costliest calls (cumulative) and 25 "
+        "by own time written to METHOD.txt there (with CUDA, the time the host waits for the GPU shows at the calls that wait)",
+    )
+    ap.add_argument(
+        "--one-length-group",
+        action="store_true",
+        help="encode every training batch in one forward pass, without length groups (what the groups save or cost)",
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--recipe", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)

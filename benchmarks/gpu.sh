@@ -19,6 +19,8 @@
 # Python packages the machine lacks can come as wheels in .whl/ (installed into /tmp/site), and the
 # encoder's tokenizer as a folder in .gpu/tokenizer (a copy of MiniLM's: bert-base-uncased's vocabulary).
 # Each step has its own time limit, so a slow one cannot take the others' results with it.
+# GPU_STEPS picks steps for a short lease (default: all), e.g. GPU_STEPS="tests search train";
+# GPU_TRAIN_METHODS the training rows' methods (default: the runner's list), e.g. "maclr,lmtx".
 set -uo pipefail
 out=${1:-${OUT:-/tmp/xmcbench-gpu}}
 mkdir -p "$out"
@@ -36,9 +38,11 @@ tokenizer=all-MiniLM-L6-v2
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv 2>&1 | tee "$out/gpu.txt"
 python3 -c "import torch, transformers, xmcbench; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())" 2>&1 | tee -a "$out/gpu.txt"
 
+steps=" ${GPU_STEPS:-tests search profile_search train train_b512 activations} "
 step() {  # name, limit in seconds, command...
     local name=$1 limit=$2
     shift 2
+    [[ $steps == *" $name "* ]] || return 0
     local start=$SECONDS
     timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
     local rc=$?
@@ -49,7 +53,15 @@ step() {  # name, limit in seconds, command...
 step tests "${GPU_TESTS_S:-60}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/search/test_exact.py tests/train/test_gradcache.py tests/train/test_autocast_and_rng.py tests/losses/test_loss_registry.py
 step search "${GPU_SEARCH_S:-120}" python3 -m benchmarks --only search_gpu --repeat 2 --json "$out/search-gpu.json"
 step profile_search "${GPU_PROFILE_S:-90}" python3 -m benchmarks.profile_search_gpu
-step train "${GPU_TRAIN_S:-300}" python3 -m benchmarks --only train_gpu --tokenizer "$tokenizer" --json "$out/train-gpu.json"
+shape=()
+if [ -n "${GPU_TRAIN_METHODS:-}" ]; then
+    shape=(--shape "$(python3 -c 'import json, sys
+from benchmarks.runner import FULL
+t = dict(FULL["train_gpu"], methods=sys.argv[1].split(","))
+print(json.dumps({"train_gpu": t}))' "$GPU_TRAIN_METHODS")")
+fi
+step train "${GPU_TRAIN_S:-300}" python3 -m benchmarks --only train_gpu --tokenizer "$tokenizer" "${shape[@]}" \
+    --json "$out/train-gpu.json"
 step train_b512 "${GPU_B512_S:-90}" python3 benchmarks/bench_train.py --device cuda --encoder distilbert \
     --tokenizer "$tokenizer" --labels 100000 --train 2048 --batch 512 --epochs 1 --precision auto \
     --methods dexml_hard --method-timeout 80 --out "$out/train-gpu-b512.json"

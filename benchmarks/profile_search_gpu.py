@@ -3,11 +3,12 @@
     python -m benchmarks.profile_search_gpu > profile.txt
 
 ``exact_topk`` with other chunk sizes, group widths and candidate counts; the parts of one
-3016-query chunk timed alone (bf16 product, top-k variants, the rescore's gather and product); the
+10,000-query chunk timed alone (bf16 product, top-k variants, the rescore's gather and product); the
 result's copy to the host, as it was, as it is, and through pinned memory; a torch.profiler table of
 the default call. Best of 7, the GPU synchronised around each.
-Recorded: ``benchmarks/results/search-gpu-h100-profile-before.txt`` (1 GB chunks) and
-``search-gpu-h100-profile.txt`` (chunks by free memory, two-stage candidates).
+Recorded: ``benchmarks/results/search-gpu-h100-profile-before.txt`` (1 GB chunks),
+``search-gpu-h100-profile.txt`` (chunks by free memory, two-stage candidates) and
+``search-gpu-h200-profile-strided.txt`` (strided groups).
 """
 
 import sys
@@ -41,12 +42,10 @@ print("ms fp32 matmul (floor)", t(fp32mm), flush=True)
 for kw in (
     {},
     {"group": 0},
-    {"group": 32},
-    {"group": 256},
-    {"chunk_size": 1500},
+    {"group": 16},
+    {"group": 64},
+    {"group": 256, "group_layout": "contiguous"},
     {"chunk_size": 5000},
-    {"chunk_size": 10000},
-    {"chunk_size": 10000, "group": 0},
     {"candidates": 160},
     {"candidates": 200},
 ):
@@ -54,27 +53,23 @@ for kw in (
     ms = t(lambda: exact_topk(q, keys, 100, device="cuda", stats=st, **kw))
     print("ms exact_topk", kw, ms, st, flush=True)
 
-B, m = 3016, 232
+B, m = n, 232  # the default chunk on an H200: every query at once
 qh, kh = q[:B].bfloat16(), keys.bfloat16()
 S = torch.mm(qh, kh.T)
 print("chunk", B, flush=True)
 print("  bf16 mm", t(lambda: torch.mm(qh, kh.T, out=S)))
 print("  topk plain", t(lambda: torch.topk(S, m, dim=1, sorted=False)))
-for grp in (16, 32, 64, 128):
-    print("  topk group", grp, t(lambda: _candidate_topk(S, m, grp)))
-print("  amax g64", t(lambda: S[:, : L // 64 * 64].view(B, -1, 64).amax(dim=2)))
-G = S[:, : L // 64 * 64].view(B, -1, 64).amax(dim=2)
+for layout in ("strided", "contiguous"):
+    for grp in (16, 32, 64, 128):
+        print("  topk group", layout, grp, t(lambda: _candidate_topk(S, m, grp, layout)))
+print("  amax strided g32", t(lambda: S[:, : L // 32 * 32].unflatten(1, (32, L // 32)).amax(dim=1)))
+print("  amax contiguous g32", t(lambda: S[:, : L // 32 * 32].view(B, -1, 32).amax(dim=2)))
+G = S[:, : L // 32 * 32].unflatten(1, (32, L // 32)).amax(dim=1)
 print("  topk over groups", G.shape, t(lambda: torch.topk(G, m, dim=1, sorted=False)))
-P = torch.randn(B, m * 64, device="cuda").bfloat16()
+P = torch.randn(B, m * 32, device="cuda").bfloat16()
 print("  topk over pool", P.shape, t(lambda: torch.topk(P, m, dim=1, sorted=False)))
-for kk in (100, 128, 232, 400):
-    print(
-        "  topk plain m",
-        kk,
-        t(lambda: torch.topk(S, kk, dim=1, sorted=False)),
-        "sorted",
-        t(lambda: torch.topk(S, kk, dim=1)),
-    )
+for kk in (100, 232, 400):
+    print("  topk plain m", kk, t(lambda: torch.topk(S, kk, dim=1, sorted=False)))
 v, c = torch.topk(S, m, dim=1, sorted=False)
 print("  gather keys", t(lambda: keys[c]))
 K = keys[c]

@@ -473,3 +473,40 @@ def test_phase_lines_of_a_resumed_run_tell_this_attempts_time(tmp_path, monkeypa
         assert this < 100 and total == pytest.approx(earlier + this, abs=0.11)
         assert result.record["compute"]["wall_time_s"][phase] == pytest.approx(total, abs=0.06)
     assert re.fullmatch(r"[\d.]+s", lines["evaluate"][2])  # no earlier attempt reached it: one figure
+
+
+@pytest.mark.parametrize(
+    ("method", "said"),
+    [
+        (
+            "{name: maclr, stage1_steps: 2, k0: 2}",
+            r"MACLR's multi-scale clustering \(method.clustering\) runs faiss K-means",
+        ),
+        ("{name: zero_shot, search_backend: faiss}", "method.search_backend is 'faiss'"),
+    ],
+)
+def test_a_recipe_needing_faiss_where_it_is_missing_leaves_no_run_behind(tmp_path, monkeypatch, method, said):
+    """faiss is an extra: without it, a recipe that needs it is refused at the start, not after training."""
+    from xmcbench.run import load_recipe as load
+    from xmcbench.search import faiss_loader
+
+    def missing():
+        raise ImportError("No module named 'faiss'")
+
+    monkeypatch.setattr(faiss_loader, "import_faiss", missing)
+    path = tmp_path / "f.yaml"
+    path.write_text(RECIPE.format(tag="f", description="", devices="cpu").replace("{name: tfidf}", method))
+    runs = tmp_path / "runs"
+    with pytest.raises(
+        XmcbenchError, match=rf"{said}, and faiss is not installed: pip install 'xmcbench\[faiss-cpu\]'"
+    ):
+        run_recipe(load(path), db=tmp_path / "r.duckdb", runs_dir=runs, progress=False)
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_a_recipe_that_does_not_need_faiss_runs_without_it(tmp_path, monkeypatch):
+    from xmcbench.search import faiss_loader
+
+    monkeypatch.setattr(faiss_loader, "import_faiss", lambda: (_ for _ in ()).throw(ImportError("no faiss")))
+    result = run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
+    assert result.record["status"] == "finished"

@@ -31,3 +31,14 @@ def test_kmeans_separates_blobs():
     a = kmeans_assign(x, 3, seed=0)
     assert a.shape == (150,) and len(set(a[:50])) == 1 and len({a[0], a[50], a[100]}) == 3
     assert (kmeans_assign(x, 150, seed=0) == np.arange(150)).all()
+
+
+def test_kmeans_without_faiss_says_how_to_install_it(monkeypatch):
+    from xmcbench.errors import XmcbenchError
+    from xmcbench.search import faiss_loader
+
+    monkeypatch.setattr(faiss_loader, "import_faiss", lambda: (_ for _ in ()).throw(ImportError("no faiss")))
+    with pytest.raises(
+        XmcbenchError, match=r"faiss K-means, and faiss is not installed: pip install 'xmcbench\[faiss-cpu\]'"
+    ):
+        kmeans_assign(np.zeros((10, 4), dtype=np.float32), 3, seed=0)

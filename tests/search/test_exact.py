@@ -116,9 +116,11 @@ def test_torch_tensors_in(backend):
     assert (a != b).nnz == 0
 
 
-@pytest.mark.parametrize("group", [None, 0, 6])  # 6: two stages, with and without a partial group
+@pytest.mark.parametrize(
+    ("group", "layout"), [(None, None), (0, None), (6, "strided"), (6, "contiguous")]
+)  # 6: two stages, with and without a partial group
 @pytest.mark.parametrize("scale", [1.0, 1e-3, 1e4])
-def test_bf16_candidates_give_the_float32_top_k(scale, group):
+def test_bf16_candidates_give_the_float32_top_k(scale, group, layout):
     """Continuous scores: the bf16 candidates, rescored, are the float32 top-k; the bound accepts
     nearly every row (the redo is for near-ties), at any embedding scale, however the candidates
     are picked."""
@@ -130,7 +132,17 @@ def test_bf16_candidates_give_the_float32_top_k(scale, group):
         ref = exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="fp32", exclude=ex, **chunking)
         stats = {}
         got = exact_topk(
-            q, keys, 20, device="cpu", backend="torch", matmul="bf16", exclude=ex, stats=stats, group=group, **chunking
+            q,
+            keys,
+            20,
+            device="cpu",
+            backend="torch",
+            matmul="bf16",
+            exclude=ex,
+            stats=stats,
+            group=group,
+            group_layout=layout,
+            **chunking,
         )
         np.testing.assert_array_equal(got.indptr, ref.indptr)
         np.testing.assert_array_equal(got.indices, ref.indices)
@@ -138,14 +150,40 @@ def test_bf16_candidates_give_the_float32_top_k(scale, group):
         assert stats["rows"] == 150 * (1 if ex is None else 5) and stats["rows_redone"] <= 0.05 * stats["rows"]
     # Too few candidates for the bound: every row is redone in float32, and the answer is the same.
     stats = {}
-    few = exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="bf16", candidates=20, stats=stats, group=group)
+    few = exact_topk(
+        q,
+        keys,
+        20,
+        device="cpu",
+        backend="torch",
+        matmul="bf16",
+        candidates=20,
+        stats=stats,
+        group=group,
+        group_layout=layout,
+    )
     assert (few != exact_topk(q, keys, 20, device="cpu", backend="torch", matmul="fp32")).nnz == 0
     assert stats["rows_redone"] > 0
 
 
+@pytest.mark.parametrize(("group", "layout"), [(0, None), (4, "strided"), (4, "contiguous"), (None, None)])
+@pytest.mark.parametrize("matmul", ["fp32", "bf16"])
+def test_tied_rows_picked_in_two_stages_are_the_brute_force_top_k(matmul, group, layout):
+    """Wide enough blocks that the top-k (k + 1 for float32, the candidates for bf16) is picked in
+    two stages; small-integer scores tie across the groups' cut, the pool's and the k-th place."""
+    q, keys = _integer_embeddings(31, n=40, n_labels=3000)
+    exclude = sp.csr_matrix(np.random.default_rng(3).random((40, 3000)) < 0.02)
+    for ex in (None, exclude):
+        got = exact_topk(
+            q, keys, 12, device="cpu", backend="torch", matmul=matmul, exclude=ex, group=group, group_layout=layout
+        )
+        assert _as_rows(got) == [sorted(r) for r in _brute(q, keys, 12, ex)]
+
+
+@pytest.mark.parametrize("layout", ["strided", "contiguous"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize(("width", "m", "group"), [(97, 5, 4), (96, 5, 4), (200, 30, 3), (50, 20, 4), (64, 3, 0)])
-def test_two_stage_candidates_keep_torch_topks_contract(width, m, group, dtype):
+def test_two_stage_candidates_keep_torch_topks_contract(width, m, group, dtype, layout):
     """The candidates hold m distinct columns whose values are the block's m largest (as a
     multiset, ties included), read from those columns: what torch.topk(sorted=False) promises.
     Scores from a few integers tie in every row, across the groups' cut and the pool's."""
@@ -156,7 +194,8 @@ def test_two_stage_candidates_keep_torch_topks_contract(width, m, group, dtype):
     scores = torch.randint(-3, 4, (40, width), generator=g).to(getattr(torch, dtype))
     scores[::7, width // 2 :] = float("-inf")  # excluded pairs
     scores[3] = torch.arange(width)  # the best in the partial last group
-    values, columns = _candidate_topk(scores, m, group)
+    scores[5] = -torch.arange(width)  # the best in the first column
+    values, columns = _candidate_topk(scores, m, group, layout)
     assert values.shape == columns.shape == (40, m)
     assert bool((scores.gather(1, columns) == values).all())
     assert all(len(set(row)) == m for row in columns.tolist())
@@ -165,8 +204,9 @@ def test_two_stage_candidates_keep_torch_topks_contract(width, m, group, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["strided", "contiguous"])
 @pytest.mark.parametrize("width", [781 * 256, 200_003])  # whole groups; a partial last group
-def test_two_stage_candidates_on_a_gpu(width):
+def test_two_stage_candidates_on_a_gpu(width, layout):
     """The CUDA kernels (strided group maxima, expanded-index gather) at a width where the two
     stages run with the default group: the same contract as on the CPU, bf16 scores that tie."""
     torch = pytest.importorskip("torch")
@@ -177,7 +217,7 @@ def test_two_stage_candidates_on_a_gpu(width):
     g = torch.Generator(device="cuda").manual_seed(width)
     scores = torch.randint(-50, 50, (300, width), generator=g, device="cuda").to(torch.bfloat16)
     scores[7, -1] = 100  # the row's best, in the last group
-    values, columns = _candidate_topk(scores, 232, _TOPK_GROUP)
+    values, columns = _candidate_topk(scores, 232, _TOPK_GROUP, layout)
     assert bool((scores.gather(1, columns) == values).all())
     assert bool((columns.sort(dim=1).values.diff(dim=1) > 0).all())  # distinct columns
     want = torch.topk(scores.float(), 232, dim=1).values
@@ -222,7 +262,9 @@ def test_index_dtype_widens_past_int32():
     # The torch backend hands its labels over as int32 already (a third less to copy from a GPU).
     q, keys = _integer_embeddings(2, n=10, n_labels=30)
     for matmul in ("fp32", "bf16"):
-        _, labels = _torch_topk(q, keys, 4, None, None, "cpu", None, matmul, None, 0, {"rows": 0, "rows_redone": 0})
+        _, labels = _torch_topk(
+            q, keys, 4, None, None, "cpu", None, matmul, None, (0, "strided"), {"rows": 0, "rows_redone": 0}
+        )
         assert labels.dtype == np.int32
 
     assert _index_dtype(2**31 - 1, 10) == np.int32
@@ -238,6 +280,8 @@ def test_group_is_checked():
     q, keys = _integer_embeddings(12, n=3, n_labels=4)
     with pytest.raises(XmcbenchError, match="group"):
         exact_topk(q, keys, 2, matmul="bf16", group=-1)
+    with pytest.raises(XmcbenchError, match="group_layout"):
+        exact_topk(q, keys, 2, matmul="bf16", group_layout="diagonal")
 
 
 def test_bf16_search_leaves_the_matmul_flags_as_it_found_them():

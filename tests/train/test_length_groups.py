@@ -276,3 +276,15 @@ def test_small_gpu_batches_take_one_forward(encoder_and_cache, monkeypatch, mini
         assert len(widths) == 1
     finally:
         encoder.to("cpu")
+
+
+def test_a_gpu_batch_is_encoded_in_one_pass(encoder_and_cache, minilm_cost):
+    """On a GPU each group's new shape costs more than its padding saves (measured on an H200):
+    the batch that splits on a CPU is one group there."""
+    from xmcbench.methods import dual_encoder as de
+
+    encoder, cache = encoder_and_cache
+    lengths = np.asarray(cache.lengths[_batch_indices(cache)])
+    assert len(de.embed_groups(encoder, lengths, "cpu")) >= 2
+    (one,) = de.embed_groups(encoder, lengths, "cuda")
+    assert one.tolist() == list(range(lengths.size))

@@ -30,6 +30,13 @@ class MethodConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    def needs_faiss(self) -> str | None:
+        """Why this configuration needs faiss (an optional extra), or None: the runner refuses such a
+        recipe where faiss is missing before the run starts, not when training reaches it."""
+        if getattr(self, "search_backend", None) == "faiss":
+            return "method.search_backend is 'faiss'"
+        return None
+
 
 @dataclass
 class TrainTask:

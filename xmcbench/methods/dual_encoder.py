@@ -126,11 +126,14 @@ def embed(encoder, cache, indices: np.ndarray, device: str) -> torch.Tensor:
 def embed_groups(encoder, lengths: np.ndarray, device: str) -> list[np.ndarray]:
     """The length groups ``embed`` encodes a batch of token ``lengths`` in (positions into ``lengths``)."""
     # On CPU an extra forward pass of MiniLM costs about as much as 64 tokens (length_groups.GROUP_COST,
-    # scaled to other models by group_cost_for), so groups of 16 rows can pay. Small GPU forwards are
-    # bound by kernel launches, not by tokens, so there a batch is split only into groups of 256 rows
-    # or more: a guess, not measured on a GPU.
-    min_rows = 256 if torch.device(device).type == "cuda" else 16
-    return length_groups(lengths, min_rows=min_rows, group_cost=_group_cost(encoder))
+    # scaled to other models by group_cost_for), so groups of 16 rows can pay. On a GPU they cost far
+    # more than the padding they save: each group is a new (rows, length) shape for the attention
+    # kernels, which are set up again per shape. H200, DistilBERT, bf16, paper batches at 100k labels
+    # (benchmarks/results/train-gpu-h200-length-groups.json): UniDEC 0.53 s a step with groups of at
+    # least 256 rows, 0.061 s in one pass; PRIME 1.23 s and 0.47 s. So a GPU batch is one pass.
+    if torch.device(device).type == "cuda":
+        return [np.arange(len(lengths))]
+    return length_groups(lengths, min_rows=16, group_cost=_group_cost(encoder))
 
 
 _GROUP_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

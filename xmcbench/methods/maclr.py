@@ -97,6 +97,11 @@ class MaclrConfig(MethodConfig):
     encode_batch_size: int = Field(default=256, gt=0)
     search_backend: SearchBackend = "auto"  # faiss on CPU when installed, torch on CUDA (xmcbench.search)
 
+    def needs_faiss(self) -> str | None:
+        if self.clustering:
+            return "MACLR's multi-scale clustering (method.clustering) runs faiss K-means"
+        return super().needs_faiss()
+
 
 # fields that only the fine-tuning reads: a zero-shot and a few-shot recipe share their pre-training
 _FINETUNE_ONLY = ("pretrain", "finetune_steps", "finetune_lr", "reuse_pretraining")

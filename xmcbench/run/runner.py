@@ -232,6 +232,11 @@ def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
     cpu_bf16_setting()  # a bad XMCBENCH_CPU_BF16 is refused before the run folder exists
     _check_synthetic_dataset(recipe)
     _check_encoder_lengths(recipe)
+    why = recipe.method_config().needs_faiss()
+    if why is not None:
+        from xmcbench.search.faiss_loader import faiss_or_error
+
+        faiss_or_error(why)
     if db_path.is_dir():
         raise XmcbenchError(
             f"output.db {db_path} is a folder; give the path of a database file (e.g. {db_path}/xmcbench.duckdb)"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xmcbench.search.faiss_loader import import_faiss
+from xmcbench.search.faiss_loader import faiss_or_error
 
 __all__ = ["MultiScaleSchedule", "kmeans_assign"]
 
@@ -73,7 +73,7 @@ class MultiScaleSchedule:
 def kmeans_assign(embeddings: np.ndarray, k: int, seed: int, niter: int = 20) -> np.ndarray:
     """(N,) cluster id of each row of ``embeddings`` (N, d) by faiss K-means (inner-product space
     when rows are normalised: faiss uses L2, which ranks normalised rows the same way)."""
-    faiss = import_faiss()
+    faiss = faiss_or_error("MACLR's multi-scale clustering runs faiss K-means")
     x = np.ascontiguousarray(embeddings, dtype=np.float32)
     n = x.shape[0]
     if k >= n:

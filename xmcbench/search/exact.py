@@ -41,13 +41,19 @@ rescore whose sums run in another order than the full float32 product's, so a ne
 float32 rounding may go either way (as it may between two float32 products).
 
 On wide blocks the m candidates are picked in two narrow top-ks instead of one over the whole
-block: the block's columns are cut into groups of g (256), the m groups with the largest maxima
-are kept, and the m best of their entries (plus the last, partial group) are the candidates. It is
-used when those groups hold under half the block (H100, 10k queries x 1M labels: 66-78 ms against
-106-117 ms for one torch.topk; at 100k labels, where the groups would hold more, one torch.topk is
-as fast: ``benchmarks/results/search-gpu-h100.json``). Nothing left out beats the m-th candidate, as
-the bound needs: an entry outside the kept groups is at most its own group's maximum, which is at
-most each of the m kept groups' maxima — m distinct entries of the pool.
+block: the block's columns are cut into groups of g (32), the m groups with the largest maxima are
+kept, and the m best of their entries (plus the last, partial group) are the candidates. A group
+holds every G-th column (G = C / g: group j is columns j, j + G, j + 2G, ...), so the maxima are
+one reduction over the middle axis of a (B, g, G) view, which reads the block once and in order;
+groups of g neighbouring columns made torch reduce rows of g elements, 9x slower (H200, 10k x 100k
+bf16: 1.0 against 8.9 ms). It is used when the groups hold under half the block. H200, 10k queries
+x 384-d, k = 100 (``benchmarks/results/search-gpu-h200-strided.json``): the candidates took 2.7 ms
+against 7.4 ms for one torch.topk at 100k labels, and the whole search 10.7-12.5 ms (0.67-0.78x
+the float32 matmul; 27 ms with one top-k and the code before) and 43 ms at 1M labels (0.23x; 110
+ms before). The float32 path picks its k + 1 the same way. Nothing left out beats the m-th
+candidate, as the bound needs: an entry outside the kept groups is at most its own group's
+maximum, which is at most each of the m kept groups' maxima — m distinct entries of the pool
+(any partition of the columns into groups will do).
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmcbench.errors import XmcbenchError
-from xmcbench.search.faiss_loader import import_faiss
+from xmcbench.search.faiss_loader import faiss_or_error, import_faiss
 
 __all__ = ["exact_topk", "resolve_backend"]
 
@@ -65,7 +71,8 @@ _GPU_BUDGET = 1 << 28  # on GPU at least 256M cells = 1 GB; more when the GPU ha
 _GPU_BUDGET_MAX = 1 << 30  # 4 GB of float32 cells: a 10k x 100k bf16 search in one chunk
 _MAX_BLOCK_CELLS = (1 << 31) - 1  # a score block's elements (a bf16 block at the budget's top reaches 2^31)
 _LABEL_BLOCK = 1 << 20  # labels per block when L is larger than this
-_TOPK_GROUP = 256  # columns per group of the bf16 candidates' two-stage top-k (0: one torch.topk)
+_TOPK_GROUP = 32  # columns per group of the bf16 candidates' two-stage top-k (0: one torch.topk)
+_GROUP_LAYOUT = "strided"  # which columns a group holds: "strided" (every G-th) or "contiguous"
 
 
 def exact_topk(
@@ -81,6 +88,7 @@ def exact_topk(
     matmul: str = "auto",
     candidates: int | None = None,
     group: int | None = None,
+    group_layout: str | None = None,
     stats: dict | None = None,
 ) -> sp.csr_matrix:
     """Top-k labels of every query by inner product, as an (n, L) CSR of scores.
@@ -102,6 +110,8 @@ def exact_topk(
         group: columns per group when the bf16 candidates are picked in two stages (default
             ``_TOPK_GROUP``, chosen by ``python -m benchmarks --only search_gpu``; 0: one torch.topk
             over the whole block). Any value gives the same answer; only the time changes.
+        group_layout: which columns a group holds: "strided" (every G-th column; default
+            ``_GROUP_LAYOUT``) or "contiguous" (g neighbours). The same answer; only the time changes.
         stats: a dict to fill with counts: "rows" (query x block pairs) and "rows_redone" (of those,
             searched again in float32 because a near-tie crossed the candidates' cut).
     """
@@ -133,11 +143,24 @@ def exact_topk(
         group = _TOPK_GROUP
     if not isinstance(group, (int, np.integer)) or group < 0:
         raise XmcbenchError(f"group must be an integer >= 0 (0: one top-k over each block); got {group!r}")
+    group_layout = group_layout or _GROUP_LAYOUT
+    if group_layout not in ("strided", "contiguous"):
+        raise XmcbenchError(f"unknown group_layout {group_layout!r}; use 'strided' or 'contiguous'")
     stats = stats if stats is not None else {}
     stats.update(rows=0, rows_redone=0)
     if backend == "torch":
         values, labels = _torch_topk(
-            queries, keys, k, chunk_size, label_chunk_size, device, exclude, matmul, candidates, int(group), stats
+            queries,
+            keys,
+            k,
+            chunk_size,
+            label_chunk_size,
+            device,
+            exclude,
+            matmul,
+            candidates,
+            (int(group), group_layout),
+            stats,
         )
         return _to_csr(values, labels, n_labels, sorted_rows=True)
     elif backend == "faiss":
@@ -244,21 +267,23 @@ def _as_tensor(x, device):
     return x.to(device=device, dtype=torch.float32)
 
 
-def _block_topk(scores, k: int):
+def _block_topk(scores, k: int, grouping: tuple[int, str] = (0, "strided")):
     """Top-k of each row of a (B, C) score block, best first, ties to the lower column.
 
-    torch.topk picks among entries tied at the k-th value in an order of its own. It is asked for
-    k + 1 entries: a row whose (k+1)-th value is below its k-th has no tie across the cut (every
-    entry left out is below the k-th value), so only rows where the two are equal (rare with real
-    scores) are redone exactly: everything above the k-th value, then the lowest tied columns.
-    No pass over the whole block besides topk itself. The kept entries are then ordered by
-    (value desc, column asc).
+    The k + 1 largest entries are picked (``_candidate_topk`` with ``grouping``, or torch.topk),
+    which choose among entries tied at the cut in an order of their own: a row whose (k+1)-th value
+    is below its k-th has no tie across the cut (every entry left out is below the k-th value), so
+    only rows where the two are equal (rare with real scores) are redone exactly: everything above
+    the k-th value, then the lowest tied columns. No pass over the whole block besides the pick
+    itself. The kept entries are then ordered by (value desc, column asc).
     """
     import torch
 
     width = scores.shape[1]
     see = min(k + 1, width)
-    values, columns = torch.topk(scores, see, dim=1, sorted=True)  # (B, see)
+    values, columns = _candidate_topk(scores, see, *grouping)  # (B, see), in no order
+    values, order = torch.sort(values, dim=1, descending=True)
+    columns = columns.gather(1, order)
     if see > k:
         boundary = values[:, k] == values[:, k - 1]
         values, columns = values[:, :k], columns[:, :k]
@@ -279,11 +304,17 @@ def _block_topk(scores, k: int):
     return values.gather(1, order), columns.gather(1, order)
 
 
-def _candidate_topk(scores, m: int, group: int):
+def _candidate_topk(scores, m: int, group: int, layout: str = "strided"):
     """m entries of each row of a (B, C) block, none left out larger than the least kept (the
     contract of ``torch.topk(sorted=False)``, whose choice among ties it need not share), picked
-    in two narrow top-ks over groups of ``group`` columns (the module docstring has the proof).
-    Returns (values, columns), each (B, m), in no particular order."""
+    in two narrow top-ks over groups of ``group`` columns (the module docstring has the proof,
+    which holds for any partition of the columns into groups).
+
+    ``layout``: "strided" groups hold every G-th column (group j: columns j, j + G, j + 2G, ...),
+    so their maxima are one reduction over the middle axis of a (B, g, G) view, read once and in
+    order; "contiguous" groups hold g neighbouring columns, a reduction over rows of g elements,
+    which torch's kernels run several times slower than the data's read. Returns (values,
+    columns), each (B, m), in no particular order."""
     import torch
 
     rows, width = scores.shape
@@ -291,15 +322,25 @@ def _candidate_topk(scores, m: int, group: int):
         return torch.topk(scores, m, dim=1, sorted=False)
     n_groups = width // group  # >= 2m
     full = n_groups * group
-    grouped = scores[:, :full].view(rows, n_groups, group)  # (B, G, g), a view of the block
-    kept = torch.topk(grouped.amax(dim=2), m, dim=1, sorted=False).indices  # (B, m) groups
-    pool = grouped.gather(1, kept.unsqueeze(2).expand(rows, m, group)).view(rows, m * group)  # (B, m g)
+    if layout == "strided":
+        grouped = scores[:, :full].unflatten(1, (group, n_groups))  # (B, g, G): [b, i, j] is column i G + j
+        kept = torch.topk(grouped.amax(dim=1), m, dim=1, sorted=False).indices  # (B, m) groups
+        pool = grouped.gather(2, kept.unsqueeze(1).expand(rows, group, m)).flatten(1)  # (B, g m): [i m + s]
+    elif layout == "contiguous":
+        grouped = scores[:, :full].view(rows, n_groups, group)  # (B, G, g): [b, j, i] is column j g + i
+        kept = torch.topk(grouped.amax(dim=2), m, dim=1, sorted=False).indices  # (B, m) groups
+        pool = grouped.gather(1, kept.unsqueeze(2).expand(rows, m, group)).view(rows, m * group)  # (B, m g)
+    else:
+        raise XmcbenchError(f"unknown group layout {layout!r}; use 'strided' or 'contiguous'")
     if full < width:  # the partial last group joins the pool whole
         pool = torch.cat([pool, scores[:, full:]], dim=1)  # (B, m g + C - full)
     values, at = torch.topk(pool, m, dim=1, sorted=False)  # (B, m) positions in the pool
     in_groups = at < m * group
     slot = torch.where(in_groups, at, 0)
-    columns = kept.gather(1, slot // group) * group + slot % group
+    if layout == "strided":
+        columns = (slot // m) * n_groups + kept.gather(1, slot % m)
+    else:
+        columns = kept.gather(1, slot // group) * group + slot % group
     columns = torch.where(in_groups, columns, at - m * group + full)  # (B, m)
     return values, columns
 
@@ -318,7 +359,8 @@ _BF16_UNIT = 2.0**-8  # unit roundoff of bfloat16 (8 significand bits)
 _FP32_UNIT = 2.0**-24
 
 
-def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude, matmul, candidates, group, stats):
+def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude, matmul, candidates, grouping, stats):
+    """``grouping``: (columns per group, layout) of the bf16 candidates' two-stage top-k."""
     import torch
 
     device = _torch_device(device)
@@ -366,10 +408,10 @@ def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude,
                 if half is None:
                     torch.mm(q, key_tensor[lo:hi].T, out=scores)  # (B, C)
                     _mask(scores, excluded, lo, hi)
-                    values, columns = _block_topk(scores, kk)
+                    values, columns = _block_topk(scores, kk, grouping)
                 else:
                     m = candidates or _default_candidates(k, hi - lo)
-                    values, columns = half.block_topk(q, q_half, scores, lo, hi, kk, excluded, m, group, stats)
+                    values, columns = half.block_topk(q, q_half, scores, lo, hi, kk, excluded, m, grouping, stats)
                 stats["rows"] += end - start
                 columns = columns + lo
                 if best_values is None:
@@ -489,7 +531,7 @@ class _Bf16Keys:
             self.block_norm[lo] = torch.linalg.vector_norm(rounded, dim=1).max()
             self.block_err[lo] = torch.linalg.vector_norm(keys[lo : lo + label_block] - rounded, dim=1).max()
 
-    def block_topk(self, q, q_half: _Bf16Queries, scores, lo: int, hi: int, k: int, excluded, m: int, group, stats):
+    def block_topk(self, q, q_half: _Bf16Queries, scores, lo: int, hi: int, k: int, excluded, m: int, grouping, stats):
         """Top-k of the block [lo, hi) by float32 scores, from bf16 candidates; ``scores`` is the
         (B, C) buffer the bf16 product is written into."""
         import torch
@@ -498,7 +540,7 @@ class _Bf16Keys:
         torch.mm(q_half.q, self.half[lo:hi].T, out=scores)  # (B, C) bf16
         _mask(scores, excluded, lo, hi)
         m = min(m, width)
-        cand_values, cand_cols = _candidate_topk(scores, m, group)  # (B, m)
+        cand_values, cand_cols = _candidate_topk(scores, m, *grouping)  # (B, m)
         keys = self.keys[lo:hi]
         rescored = torch.bmm(keys[cand_cols], q.unsqueeze(2)).squeeze(2)  # (B, m, d) @ (B, d, 1) -> (B, m)
         dropped = torch.isneginf(cand_values)  # excluded pairs stay out
@@ -543,12 +585,7 @@ class _Bf16Keys:
 
 
 def _faiss_topk(queries, keys, k, chunk_size, exclude, device=None):
-    try:
-        faiss = import_faiss()
-    except ImportError:
-        raise XmcbenchError(
-            "the faiss search backend needs faiss: pip install 'xmcbench[faiss-cpu]' (or [gpu] on a CUDA machine)"
-        ) from None
+    faiss = faiss_or_error("the search backend is 'faiss'")
 
     def as_numpy(x) -> np.ndarray:
         if hasattr(x, "detach"):  # a torch tensor

@@ -25,7 +25,9 @@ import os
 import sys
 import threading
 
-__all__ = ["blas_kernels", "import_faiss"]
+from xmcbench.errors import XmcbenchError
+
+__all__ = ["blas_kernels", "faiss_or_error", "import_faiss"]
 
 _LOCK = threading.Lock()
 
@@ -58,6 +60,17 @@ def import_faiss():
             if kernel is not None:
                 os.environ.pop("OPENBLAS_CORETYPE", None)
         return faiss
+
+
+def faiss_or_error(why: str):
+    """``import_faiss()``, or an XmcbenchError saying ``why`` faiss is needed and how to install it."""
+    try:
+        return import_faiss()
+    except ImportError:
+        raise XmcbenchError(
+            f"{why}, and faiss is not installed: pip install 'xmcbench[faiss-cpu]' "
+            "(or 'xmcbench[gpu]' on a CUDA machine)"
+        ) from None
 
 
 def blas_kernels() -> dict[str, str]:
