@@ -510,3 +510,20 @@ def test_a_recipe_that_does_not_need_faiss_runs_without_it(tmp_path, monkeypatch
     monkeypatch.setattr(faiss_loader, "import_faiss", lambda: (_ for _ in ()).throw(ImportError("no faiss")))
     result = run_recipe(make(tmp_path), db=tmp_path / "r.duckdb", runs_dir=tmp_path / "runs", progress=False)
     assert result.record["status"] == "finished"
+
+
+@pytest.mark.parametrize(
+    ("mode", "settings", "needs"),
+    [
+        ("zero_shot", {}, True),
+        ("few_shot", {}, True),  # pretrain: true by default
+        ("few_shot", {"pretrain": False}, False),  # fine-tuning only: no Stage I
+        ("zero_shot", {"stage1_steps": 0}, False),
+        ("zero_shot", {"clustering": False}, False),
+        ("zero_shot", {"clustering": False, "search_backend": "faiss"}, True),
+    ],
+)
+def test_maclr_needs_faiss_only_where_it_runs_k_means(mode, settings, needs):
+    from xmcbench.methods.maclr import MaclrConfig
+
+    assert (MaclrConfig(**settings).needs_faiss(mode) is not None) is needs

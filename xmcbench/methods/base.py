@@ -30,9 +30,10 @@ class MethodConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def needs_faiss(self) -> str | None:
-        """Why this configuration needs faiss (an optional extra), or None: the runner refuses such a
-        recipe where faiss is missing before the run starts, not when training reaches it."""
+    def needs_faiss(self, supervision_mode: str) -> str | None:
+        """Why this configuration needs faiss (an optional extra) under ``supervision_mode``, or None:
+        the runner refuses such a recipe where faiss is missing before the run starts, not when
+        training reaches it."""
         if getattr(self, "search_backend", None) == "faiss":
             return "method.search_backend is 'faiss'"
         return None

@@ -129,8 +129,8 @@ def embed_groups(encoder, lengths: np.ndarray, device: str) -> list[np.ndarray]:
     # scaled to other models by group_cost_for), so groups of 16 rows can pay. On a GPU they cost far
     # more than the padding they save: each group is a new (rows, length) shape for the attention
     # kernels, which are set up again per shape. H200, DistilBERT, bf16, paper batches at 100k labels
-    # (benchmarks/results/train-gpu-h200-length-groups.json): UniDEC 0.53 s a step with groups of at
-    # least 256 rows, 0.061 s in one pass; PRIME 1.23 s and 0.47 s. So a GPU batch is one pass.
+    # (benchmarks/results/train-gpu-h200-2.json, -length-groups.json): UniDEC 0.485 s a step with groups
+    # of at least 256 rows, 0.061 s in one pass; PRIME 1.385 s and 0.467 s. So a GPU batch is one pass.
     if torch.device(device).type == "cuda":
         return [np.arange(len(lengths))]
     return length_groups(lengths, min_rows=16, group_cost=_group_cost(encoder))

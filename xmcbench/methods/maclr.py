@@ -97,10 +97,13 @@ class MaclrConfig(MethodConfig):
     encode_batch_size: int = Field(default=256, gt=0)
     search_backend: SearchBackend = "auto"  # faiss on CPU when installed, torch on CUDA (xmcbench.search)
 
-    def needs_faiss(self) -> str | None:
-        if self.clustering:
+    def needs_faiss(self, supervision_mode: str) -> str | None:
+        # K-means runs in Stage I, which runs when MACLR pre-trains (a kept pre-training, reused
+        # instead, is known only at run time: such a run is asked for faiss all the same)
+        pretrains = supervision_mode == "zero_shot" or self.pretrain
+        if pretrains and self.clustering and self.stage1_steps > 0:
             return "MACLR's multi-scale clustering (method.clustering) runs faiss K-means"
-        return super().needs_faiss()
+        return super().needs_faiss(supervision_mode)
 
 
 # fields that only the fine-tuning reads: a zero-shot and a few-shot recipe share their pre-training

@@ -232,7 +232,7 @@ def _check_before_start(recipe: Recipe, runs_root: Path, db_path: Path) -> None:
     cpu_bf16_setting()  # a bad XMCBENCH_CPU_BF16 is refused before the run folder exists
     _check_synthetic_dataset(recipe)
     _check_encoder_lengths(recipe)
-    why = recipe.method_config().needs_faiss()
+    why = recipe.method_config().needs_faiss(recipe.supervision.mode)
     if why is not None:
         from xmcbench.search.faiss_loader import faiss_or_error
 

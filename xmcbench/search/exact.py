@@ -48,7 +48,7 @@ one reduction over the middle axis of a (B, g, G) view, which reads the block on
 groups of g neighbouring columns made torch reduce rows of g elements, 9x slower (H200, 10k x 100k
 bf16: 1.0 against 8.9 ms). It is used when the groups hold under half the block. H200, 10k queries
 x 384-d, k = 100 (``benchmarks/results/search-gpu-h200-strided.json``): the candidates took 2.7 ms
-against 7.4 ms for one torch.topk at 100k labels, and the whole search 10.7-12.5 ms (0.67-0.78x
+against 7.4 ms for one torch.topk at 100k labels, and the whole search 12.4-12.5 ms (0.77-0.78x
 the float32 matmul; 27 ms with one top-k and the code before) and 43 ms at 1M labels (0.23x; 110
 ms before). The float32 path picks its k + 1 the same way. Nothing left out beats the m-th
 candidate, as the bound needs: an entry outside the kept groups is at most its own group's
@@ -443,9 +443,9 @@ def _gpu_budget(device) -> int:
 
 def _default_candidates(k: int, width: int) -> int:
     """bf16 candidates per query and block. More labels crowd more scores into the bound's width
-    around the k-th, so wide blocks keep more (H200, 10k queries x 384-d, k = 100: at 100k labels
-    232 candidates left 0% of rows to redo (19.5 ms; 400: 22.0 ms), at 1M labels 3.0% (179 ms;
-    400: 0%, 130 ms))."""
+    around the k-th, so wide blocks keep more (H200, 10k queries x 384-d, k = 100, strided groups:
+    at 100k labels 232 candidates left 0% of rows to redo (10.7 ms; 128: 100%, 37 ms; 400: 13.9 ms),
+    at 1M labels 3.0% (54 ms; 400: 0%, 43 ms))."""
     return 2 * k + 32 if width <= 1 << 18 else 4 * k
 
 
