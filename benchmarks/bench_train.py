@@ -529,7 +529,8 @@ def parse_args(argv=None):
     ap.add_argument(
         "--one-length-group",
         action="store_true",
-        help="encode every training batch in one forward pass, without length groups (what the groups save or cost)",
+        help="encode every training batch in one forward pass, without length groups (what the groups save or "
+        "cost on a CPU; a GPU batch is one pass already)",
     )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--recipe", default=None, help=argparse.SUPPRESS)

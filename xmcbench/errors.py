@@ -12,6 +12,11 @@ class XmcbenchError(Exception):
     """An error whose message is shown to the user as is (no traceback)."""
 
 
+class UsageError(XmcbenchError):
+    """The command line itself is wrong (a required argument missing, two that do not go together):
+    the CLI exits with status 2, as for click's own usage errors, not 1."""
+
+
 class DataFormatError(XmcbenchError, ValueError):
     """A data file is malformed. The message names the file, the line and the problem."""
 

@@ -48,13 +48,17 @@ def test_every_shipped_file_validates_as_the_readme_says(monkeypatch):
 
 
 def test_run_says_which_of_recipe_and_resume_is_wrong():
+    """A wrong command line exits 2, as click's own usage errors do, and points at --help."""
     neither = runner.invoke(app, ["run"])
-    assert neither.exit_code == 1 and "not both" not in neither.output
+    assert neither.exit_code == 2 and "not both" not in neither.output
     assert "error: give a recipe file (or a shipped recipe's name such as smoke/tfidf), or --resume RUN_ID" in (
         neither.output
     )
+    assert "run --help`)" in neither.output
     both = runner.invoke(app, ["run", "smoke/tfidf", "--resume", "x"])
-    assert both.exit_code == 1 and "error: give a recipe file or --resume RUN_ID, not both" in both.output
+    assert both.exit_code == 2 and "error: give a recipe file or --resume RUN_ID, not both" in both.output
+    new_and_old = runner.invoke(app, ["run", "--resume", "x", "--run-id", "y"])
+    assert new_and_old.exit_code == 2 and "--run-id names a new run" in new_and_old.output
 
 
 def test_run_names_the_option_the_user_gave(tmp_path):

@@ -40,7 +40,9 @@ def test_status_and_table_of_an_unknown_sweep_say_so():
 
 def test_no_recipes_is_an_error_that_says_what_to_give():
     result = _invoke("sweep")
-    assert result.exit_code == 1 and "give recipe files" in result.output
+    assert result.exit_code == 2 and "give recipe files" in result.output  # a usage error, as click's
+    with_status = _invoke("sweep", "recipes/smoke/tfidf.yaml", "--status", "latest")
+    assert with_status.exit_code == 2 and "give no recipes with it" in with_status.output
 
 
 def test_status_of_a_sweep_killed_outright_says_interrupted_not_queued(recipes, tmp_path):

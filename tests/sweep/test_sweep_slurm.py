@@ -75,6 +75,18 @@ def test_a_multi_node_run_asks_slurm_for_nodes_gpus_and_time(fake_sbatch):
     assert {e["devices"] for e in record.entries} == {"2×4 GPU"}
 
 
+def test_the_job_folder_holding_the_real_set_values_is_private(fake_sbatch, recipes):
+    """The pickled jobs carry --set values unmasked (the job needs them): only their owner reads them."""
+    from xmcbench.sweep.record import sweep_folder, sweep_path
+
+    plan = expand([recipes / "tfidf-a.yaml"], sets=["description=hf_secretXXXX"], seeds="0")
+    record = run_sweep(plan, launcher="slurm", slurm=SlurmOptions(time="10"), wait=False)
+    folder = sweep_folder(record.sweep_id) / "slurm"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert any(b"hf_secretXXXX" in p.read_bytes() for p in folder.rglob("*.pkl"))  # the job's own
+    assert "secretXXXX" not in sweep_path(record.sweep_id).read_text()
+
+
 def test_a_multi_node_command_meets_at_the_first_host():
     command = run_command(
         "run-1",

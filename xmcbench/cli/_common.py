@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmcbench import paths
-from xmcbench.errors import XmcbenchError
+from xmcbench.errors import UsageError, XmcbenchError
 from xmcbench.faults import DISK_FULL_ERRNOS, NOT_WRITABLE_ERRNOS, cannot_write
 from xmcbench.redact import redact
 
@@ -47,6 +47,8 @@ def handle_errors(fn: F) -> F:
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except UsageError as exc:
+            _error_line(f"{exc} (see `{_command_path()} --help`)", code=2)
         except XmcbenchError as exc:
             _error_line(str(exc))
         except KeyboardInterrupt:
@@ -69,11 +71,21 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _error_line(message: str) -> None:
+def _error_line(message: str, code: int = 1) -> None:
     # Messages quote paths and names the user chose: "[" in them must print, not style. They may
     # quote a URL or a value given with its credentials too, and stderr often goes to a log file.
     err_console.print(f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True)
-    raise typer.Exit(1) from None
+    raise typer.Exit(code) from None
+
+
+def _command_path() -> str:
+    """``xmcbench run``: the command being run, as its --help is asked for."""
+    import importlib
+
+    # click as this typer uses it: the click package, or the copy newer typers carry inside
+    package = typer.BadParameter.__module__.rsplit(".", 1)[0]
+    ctx = importlib.import_module(f"{package}.globals").get_current_context(silent=True)
+    return ctx.command_path if ctx is not None else "xmcbench"
 
 
 # The machine's state whatever the path: the disk, the permissions, the kernel's limits, the network.

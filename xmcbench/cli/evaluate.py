@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmcbench.cli._common import handle_errors, parse_int_list, print_rich, strict_json
-from xmcbench.errors import XmcbenchError
+from xmcbench.errors import UsageError, XmcbenchError
 from xmcbench.recipe.schema import MIN_BOOTSTRAP
 
 DEFAULT_A, DEFAULT_B = 0.55, 1.5  # Jain et al.'s defaults, used with --train-truth when --A/--B are not given
@@ -129,7 +129,7 @@ def evaluate(
             name for name, value in (("--truth", truth), ("--train-truth", train_truth), ("--filter", filter)) if value
         ]
         if given:
-            raise XmcbenchError(f"--dataset replaces {', '.join(given)}; give one or the other")
+            raise UsageError(f"--dataset replaces {', '.join(given)}; give one or the other")
         from xmcbench.data import load_dataset
 
         ds = load_dataset(dataset, progress=False)
@@ -139,7 +139,7 @@ def evaluate(
         title = f"{predictions.name} on {ds.name} test"
     else:
         if truth is None:
-            raise XmcbenchError("give the ground truth with --truth FILE, or a prepared dataset with --dataset NAME")
+            raise UsageError("give the ground truth with --truth FILE, or a prepared dataset with --dataset NAME")
         true_labels = _load(truth)
         filter_pairs = None if filter is None else read_filter_file(filter, shape=true_labels.shape)
         if train_truth is None and (a is not None or b is not None):

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmcbench.cli._common import console, err_console, handle_errors, print_rich
-from xmcbench.errors import XmcbenchError
+from xmcbench.errors import UsageError, XmcbenchError
 from xmcbench.run import check_recipe, load_recipe
 
 
@@ -77,11 +77,11 @@ def run(
     from xmcbench.train import destroy_distributed, exit_rank, is_distributed
 
     if recipe is None and resume is None:
-        raise XmcbenchError("give a recipe file (or a shipped recipe's name such as smoke/tfidf), or --resume RUN_ID")
+        raise UsageError("give a recipe file (or a shipped recipe's name such as smoke/tfidf), or --resume RUN_ID")
     if recipe is not None and resume is not None:
-        raise XmcbenchError("give a recipe file or --resume RUN_ID, not both: a resumed run keeps its recorded recipe")
+        raise UsageError("give a recipe file or --resume RUN_ID, not both: a resumed run keeps its recorded recipe")
     if run_id is not None and resume is not None:
-        raise XmcbenchError("--run-id names a new run; --resume continues an existing one (give one of them)")
+        raise UsageError("--run-id names a new run; --resume continues an existing one (give one of them)")
     # The runner checks these places too, but names them by the recipe's keys (output.db), which
     # would send the user to the recipe for what they typed here.
     if db is not None and db.expanduser().is_dir():

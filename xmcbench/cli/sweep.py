@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmcbench.cli._common import console, err_console, handle_errors, print_rich
-from xmcbench.errors import XmcbenchError
+from xmcbench.errors import UsageError, XmcbenchError
 from xmcbench.redact import redact
 
 _STYLE = {
@@ -191,11 +191,11 @@ def sweep(
 
     if status is not None:
         if recipes:
-            raise XmcbenchError("--status shows an existing sweep; give no recipes with it")
+            raise UsageError("--status shows an existing sweep; give no recipes with it")
         _show_status(status)
         return
     if not recipes:
-        raise XmcbenchError("give recipe files to sweep (e.g. recipes/smoke/*.yaml), or --status SWEEP_ID")
+        raise UsageError("give recipe files to sweep (e.g. recipes/smoke/*.yaml), or --status SWEEP_ID")
     # the options a run would refuse, refused before the plan (a --dry-run checks them too)
     if launcher not in LAUNCHERS:
         raise XmcbenchError(f"unknown --launcher {launcher!r}; use {' or '.join(LAUNCHERS)}")

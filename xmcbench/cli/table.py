@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from xmcbench.cli._common import err_console, handle_errors, heal_finished_runs
-from xmcbench.errors import XmcbenchError
+from xmcbench.errors import UsageError, XmcbenchError
 
 
 def canonical_dataset(name: str) -> str:
@@ -153,7 +153,7 @@ def table(
             f"unknown --setting {setting!r}; choose full, few-shot (or one fraction, e.g. few-shot-1%) or zero-shot"
         )
     if latest and all_runs:
-        raise XmcbenchError("--latest picks one run per method and --all-runs shows every run; give one of them")
+        raise UsageError("--latest picks one run per method and --all-runs shows every run; give one of them")
     if sweep is not None and (latest or all_runs):
         raise XmcbenchError("--sweep shows every finished run of the sweep; drop --latest / --all-runs")
     metric_names = parse_metrics(metrics)

@@ -222,6 +222,11 @@ def submit(sweep: SweepRecord, launches: list[Launch], options: SlurmOptions, *,
             )
         )
     folder = sweep_folder(sweep.sweep_id) / "slurm"
+    # The jobs' pickles hold each run's --set values as given (the job needs them, a password in a
+    # URL included), which the sweep's own record and logs mask: the folder is its owner's alone,
+    # on a cluster's shared file system too.
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
     jobs = []
     by_shape: dict[tuple[int, int], list[JobSpec]] = {}
     for spec in specs:
