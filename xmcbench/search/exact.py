@@ -46,9 +46,10 @@ kept, and the m best of their entries (plus the last, partial group) are the can
 holds every G-th column (G = C / g: group j is columns j, j + G, j + 2G, ...), so the maxima are
 one reduction over the middle axis of a (B, g, G) view, which reads the block once and in order;
 groups of g neighbouring columns made torch reduce rows of g elements, 9x slower (H200, 10k x 100k
-bf16: 1.0 against 8.9 ms). It is used when the groups hold under half the block. H200, 10k queries
-x 384-d, k = 100 (``benchmarks/results/search-gpu-h200-strided.json``): the candidates took 2.7 ms
-against 7.4 ms for one torch.topk at 100k labels, and the whole search 12.4-12.5 ms (0.77-0.78x
+bf16: 1.0 against 8.8-8.9 ms). It is used when the groups hold under half the block. H200, 10k
+queries x 384-d, k = 100 (``benchmarks/results/search-gpu-h200-strided*.json`` and
+``search-gpu-h200-profile-strided*.txt``): the candidates took 2.6-2.7 ms against 7.4 ms for one
+torch.topk at 100k labels, and the whole search 12.4-12.5 ms (0.77-0.78x
 the float32 matmul; 27 ms with one top-k and the code before) and 43 ms at 1M labels (0.23x; 110
 ms before). The float32 path picks its k + 1 the same way. Nothing left out beats the m-th
 candidate, as the bound needs: an entry outside the kept groups is at most its own group's
