@@ -108,9 +108,10 @@ def exact_topk(
             elsewhere), "fp32", or "bf16" (candidates rescored in float32: the same top-k).
         candidates: bf16 candidates kept per query and block before the rescore (default 2k + 32;
             4k for blocks of over 2^18 labels).
-        group: columns per group when the bf16 candidates are picked in two stages (default
-            ``_TOPK_GROUP``, chosen by ``python -m benchmarks --only search_gpu``; 0: one torch.topk
-            over the whole block). Any value gives the same answer; only the time changes.
+        group: columns per group when a block's best entries (the bf16 candidates, or the float32
+            path's k + 1) are picked in two stages (default ``_TOPK_GROUP``, chosen by
+            ``python -m benchmarks --only search_gpu``; 0: one torch.topk over the whole block).
+            Any value gives the same answer; only the time changes.
         group_layout: which columns a group holds: "strided" (every G-th column; default
             ``_GROUP_LAYOUT``) or "contiguous" (g neighbours). The same answer; only the time changes.
         stats: a dict to fill with counts: "rows" (query x block pairs) and "rows_redone" (of those,
@@ -327,12 +328,10 @@ def _candidate_topk(scores, m: int, group: int, layout: str = "strided"):
         grouped = scores[:, :full].unflatten(1, (group, n_groups))  # (B, g, G): [b, i, j] is column i G + j
         kept = torch.topk(grouped.amax(dim=1), m, dim=1, sorted=False).indices  # (B, m) groups
         pool = grouped.gather(2, kept.unsqueeze(1).expand(rows, group, m)).flatten(1)  # (B, g m): [i m + s]
-    elif layout == "contiguous":
+    else:  # "contiguous" (exact_topk checks the name)
         grouped = scores[:, :full].view(rows, n_groups, group)  # (B, G, g): [b, j, i] is column j g + i
         kept = torch.topk(grouped.amax(dim=2), m, dim=1, sorted=False).indices  # (B, m) groups
         pool = grouped.gather(1, kept.unsqueeze(2).expand(rows, m, group)).view(rows, m * group)  # (B, m g)
-    else:
-        raise XmcbenchError(f"unknown group layout {layout!r}; use 'strided' or 'contiguous'")
     if full < width:  # the partial last group joins the pool whole
         pool = torch.cat([pool, scores[:, full:]], dim=1)  # (B, m g + C - full)
     values, at = torch.topk(pool, m, dim=1, sorted=False)  # (B, m) positions in the pool
@@ -361,7 +360,7 @@ _FP32_UNIT = 2.0**-24
 
 
 def _torch_topk(queries, keys, k, chunk_size, label_chunk_size, device, exclude, matmul, candidates, grouping, stats):
-    """``grouping``: (columns per group, layout) of the bf16 candidates' two-stage top-k."""
+    """``grouping``: (columns per group, layout) of the two-stage pick of each block's best entries."""
     import torch
 
     device = _torch_device(device)
